@@ -1,0 +1,81 @@
+"""Compile: a rendered Shader becomes a compute pipeline on the device.
+
+The bind group layout is explicit (not "auto") and matches render.BINDINGS, the same
+layout the export manifest describes, so a kernel that compiles here binds the same way
+in a browser.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import wgpu
+
+from .device import Gpu
+from .render import BINDINGS, ENTRY_POINT, Shader
+
+_BUFFER_TYPES = {
+    "read-only-storage": wgpu.BufferBindingType.read_only_storage,
+    "storage": wgpu.BufferBindingType.storage,
+    "uniform": wgpu.BufferBindingType.uniform,
+}
+
+
+class CompileError(RuntimeError):
+    """The shader or its pipeline was refused. `reason` is "compile" or "limits"."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A shader compiled on one device: ready to dispatch."""
+
+    shader: Shader
+    checks: bool  # wgpu's runtime checks on (as in browsers) or off
+    pipeline: object  # wgpu.GPUComputePipeline
+    bind_group_layout: object  # wgpu.GPUBindGroupLayout
+    seconds: float  # wall time of shader module + pipeline creation
+
+
+def _check_limits(shader: Shader, gpu: Gpu) -> None:
+    """Refuse, before wgpu does, a shader that needs more than the device has."""
+    needs = {
+        "max-compute-invocations-per-workgroup": shader.invocations,
+        "max-compute-workgroup-size-x": shader.workgroup_size[0],
+        "max-compute-workgroup-size-y": shader.workgroup_size[1],
+        "max-compute-workgroup-storage-size": shader.workgroup_storage,
+        "max-compute-workgroups-per-dimension": max(shader.dispatch),
+    }
+    for limit, need in needs.items():
+        if need > gpu.limits[limit]:
+            raise CompileError("limits", f"{limit} is {gpu.limits[limit]}, the shader needs {need}")
+
+
+def compile_shader(shader: Shader, gpu: Gpu, *, checks: bool = True) -> Compiled:
+    """Create the shader module and compute pipeline; raise CompileError on refusal."""
+    _check_limits(shader, gpu)
+    start = time.perf_counter()
+    label = str(shader.config)
+    try:
+        module = gpu.create_shader_module(shader.wgsl, checks=checks, label=label)
+        layout = gpu.device.create_bind_group_layout(
+            entries=[
+                {
+                    "binding": number,
+                    "visibility": wgpu.ShaderStage.COMPUTE,
+                    "buffer": {"type": _BUFFER_TYPES[kind]},
+                }
+                for number, _, kind in BINDINGS
+            ]
+        )
+        pipeline = gpu.device.create_compute_pipeline(
+            layout=gpu.device.create_pipeline_layout(bind_group_layouts=[layout]),
+            compute={"module": module, "entry_point": ENTRY_POINT},
+        )
+    except (wgpu.GPUError, RuntimeError) as error:
+        raise CompileError("compile", f"{label}: {error}") from error
+    return Compiled(shader, checks, pipeline, layout, time.perf_counter() - start)

@@ -1,0 +1,187 @@
+"""The GPU: adapter choice, device, limits, features, fingerprint, shader modules.
+
+Everything that talks to wgpu's adapter/device objects directly lives here, so the rest
+of the pipeline sees one small `Gpu` object. Set AUTOTUNE_ADAPTER to a word of an
+adapter's name or backend ("vulkan", "llvmpipe", "nvidia", "opengl") to pick another
+adapter than wgpu's high-performance choice; `python -m autotune devices` lists them.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import asdict, dataclass
+
+import wgpu
+from wgpu.backends.wgpu_native import _api as native
+
+# The limits a GEMM kernel can run into; the device is requested with the adapter's
+# real values for these (wgpu would otherwise give WebGPU's small defaults).
+COMPUTE_LIMITS = (
+    "max-compute-workgroup-storage-size",
+    "max-compute-invocations-per-workgroup",
+    "max-compute-workgroup-size-x",
+    "max-compute-workgroup-size-y",
+    "max-compute-workgroup-size-z",
+    "max-compute-workgroups-per-dimension",
+    "max-storage-buffer-binding-size",
+    "max-buffer-size",
+    "max-storage-buffers-per-shader-stage",
+)
+
+# WebGPU's default limits: what a browser grants without asking (export --portable).
+WEBGPU_DEFAULT_LIMITS = {
+    "max-compute-workgroup-storage-size": 16384,
+    "max-compute-invocations-per-workgroup": 256,
+    "max-compute-workgroup-size-x": 256,
+    "max-compute-workgroup-size-y": 256,
+    "max-compute-workgroup-size-z": 64,
+    "max-compute-workgroups-per-dimension": 65535,
+    "max-storage-buffer-binding-size": 134217728,
+    "max-buffer-size": 268435456,
+    "max-storage-buffers-per-shader-stage": 8,
+}
+
+# Optional features we ask for when the adapter has them.
+WANTED_FEATURES = ("timestamp-query", "shader-f16", "subgroup")
+
+ADAPTER_ENV = "AUTOTUNE_ADAPTER"
+
+
+class NoAdapterError(RuntimeError):
+    """No wgpu adapter (or none matching AUTOTUNE_ADAPTER) exists on this machine."""
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What identifies a GPU + driver for caching: a change in any field is a new device."""
+
+    backend: str
+    vendor: str
+    device: str
+    description: str  # the driver's own description, e.g. "Mesa 22.3.6 (LLVM 15.0.6)"
+    vendor_id: int
+    device_id: int
+    adapter_type: str
+
+    @classmethod
+    def of(cls, adapter: wgpu.GPUAdapter) -> Fingerprint:
+        info = adapter.info
+        return cls(
+            backend=str(info["backend_type"]),
+            vendor=str(info["vendor"]),
+            device=str(info["device"]),
+            description=str(info["description"]),
+            vendor_id=int(info["vendor_id"]),
+            device_id=int(info["device_id"]),
+            adapter_type=str(info["adapter_type"]),
+        )
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def slug(self) -> str:
+        """A short file-name-safe name: vendor-device-backend."""
+        text = f"{self.device}-{self.backend}".lower()
+        return "".join(c if c.isalnum() else "-" for c in text).strip("-")[:80]
+
+
+def versions() -> dict:
+    """The software versions that can change a kernel's speed or validity."""
+    from wgpu.backends.wgpu_native import __version__ as native_version
+
+    return {"wgpu": wgpu.__version__, "wgpu_native": native_version}
+
+
+def list_adapters() -> list[wgpu.GPUAdapter]:
+    return list(wgpu.gpu.enumerate_adapters_sync())
+
+
+def _choose_adapter() -> wgpu.GPUAdapter:
+    wanted = os.environ.get(ADAPTER_ENV, "").strip().lower()
+    if not wanted:
+        adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+        if adapter is None:
+            raise NoAdapterError("no wgpu adapter found (install mesa-vulkan-drivers)")
+        return adapter
+    adapters = list_adapters()
+    for adapter in adapters:
+        if wanted in adapter.summary.lower() or wanted == adapter.info["backend_type"].lower():
+            return adapter
+    names = "; ".join(a.summary for a in adapters) or "none"
+    raise NoAdapterError(f"{ADAPTER_ENV}={wanted!r} matches no adapter; adapters: {names}")
+
+
+class Gpu:
+    """One adapter and the device requested on it with its real compute limits."""
+
+    def __init__(self, adapter: wgpu.GPUAdapter):
+        self.adapter = adapter
+        self.fingerprint = Fingerprint.of(adapter)
+        self.features = frozenset(f for f in WANTED_FEATURES if f in adapter.features)
+        self.limits = {name: int(adapter.limits[name]) for name in COMPUTE_LIMITS}
+        self.device = adapter.request_device_sync(
+            required_features=sorted(self.features), required_limits=dict(self.limits)
+        )
+        self.queue = self.device.queue
+
+    @property
+    def has_timestamps(self) -> bool:
+        return "timestamp-query" in self.features
+
+    @property
+    def timestamp_period_ns(self) -> float:
+        """Nanoseconds per timestamp tick (1.0 on most drivers)."""
+        return float(native.lib.wgpuQueueGetTimestampPeriod(self.queue._internal))
+
+    @property
+    def summary(self) -> str:
+        return self.adapter.summary
+
+    def create_shader_module(self, code: str, *, checks: bool = True, label: str = ""):
+        """Compile WGSL, with wgpu's runtime checks (as browsers do) or without them.
+
+        Without checks, wgpu-native's `wgpuDeviceCreateShaderModuleTrusted` skips the
+        bounds checks on every array index and the loop bounding that naga inserts;
+        FACTS.md measured them at ~30% of a tuned kernel's time on the H200. Our
+        templates guard every access themselves, which is what makes that sound.
+        """
+        if checks:
+            return self.device.create_shader_module(code=code, label=label)
+        source = native.new_struct_p(
+            "WGPUShaderSourceWGSL *", code=native.to_c_string_view(code)
+        )
+        source[0].chain.next = native.ffi.NULL
+        source[0].chain.sType = native.lib.WGPUSType_ShaderSourceWGSL
+        descriptor = native.new_struct_p(
+            "WGPUShaderModuleDescriptor *",
+            nextInChain=native.ffi.cast("WGPUChainedStruct *", source),
+            label=native.to_c_string_view(label),
+        )
+        no_checks = 0  # WGPUShaderRuntimeChecks_None
+        handle = native.libf.wgpuDeviceCreateShaderModuleTrusted(
+            self.device._internal, descriptor, no_checks
+        )
+        if handle == native.ffi.NULL:
+            raise RuntimeError("Shader module creation failed")
+        return native.GPUShaderModule(label, handle, self.device)
+
+
+@functools.cache
+def _gpu_for(adapter_choice: str) -> Gpu:
+    return Gpu(_choose_adapter())
+
+
+def get_gpu() -> Gpu:
+    """The process-wide Gpu for the current AUTOTUNE_ADAPTER choice (created once)."""
+    return _gpu_for(os.environ.get(ADAPTER_ENV, ""))
+
+
+def has_adapter() -> bool:
+    """True when a usable adapter exists; tests use it to skip cleanly."""
+    try:
+        get_gpu()
+    except Exception:
+        return False
+    return True

@@ -1,0 +1,89 @@
+"""Render: a config and a problem become WGSL text, from the Jinja2 templates.
+
+WGSL lives only in `templates/`; Python hands the template integers (parameters, the
+derived values of the search space) and type names. StrictUndefined makes a parameter
+the template expects but the space does not define an error, not an empty string.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from dataclasses import dataclass
+
+import jinja2
+
+from .data import data_path
+from .problem import Problem
+from .space import Config, load_space
+
+ENTRY_POINT = "main"
+# Bindings shared by every template (templates/_bindings.wgsl.j2): number, name, kind.
+BINDINGS = (
+    (0, "A", "read-only-storage"),
+    (1, "B", "read-only-storage"),
+    (2, "C", "storage"),
+    (3, "dims", "uniform"),
+)
+# The uniform block: field, byte offset, type.
+UNIFORM_FIELDS = (("M", 0, "u32"), ("N", 4, "u32"), ("K", 8, "u32"), ("pad", 12, "u32"))
+UNIFORM_SIZE = 16
+
+
+@dataclass(frozen=True)
+class Shader:
+    """A rendered kernel: WGSL text plus what is needed to dispatch it."""
+
+    config: Config
+    problem: Problem
+    wgsl: str
+    workgroup_size: tuple[int, int, int]
+    dispatch: tuple[int, int, int]  # workgroups in x, y, z for this problem
+    workgroup_storage: int  # bytes of var<workgroup> memory
+    vector_width: int  # elements per array element of the A, B and C bindings
+
+    @property
+    def invocations(self) -> int:
+        x, y, z = self.workgroup_size
+        return x * y * z
+
+
+@functools.cache
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(data_path("templates"))),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+    )
+
+
+def template_hash(template: str) -> str:
+    """Hash of a template's text and the files it includes: part of every cache key."""
+    digest = hashlib.sha256()
+    folder = data_path("templates")
+    for path in [folder / f"{template}.wgsl.j2", *sorted(folder.glob("_*.wgsl.j2"))]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    digest.update((data_path("search_spaces") / f"{template}.toml").read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def render(config: Config, problem: Problem) -> Shader:
+    """Render `config` for `problem`. The config must be valid in its space."""
+    space = load_space(config.template)
+    reason = space.why_invalid(config, problem)
+    if reason:
+        raise ValueError(f"config {config} is invalid for {problem}: {reason}")
+    values = space.context(config, problem)
+    wgsl = _environment().get_template(f"{config.template}.wgsl.j2").render(
+        elem=problem.wgsl_type, **values
+    )
+    return Shader(
+        config=config,
+        problem=problem,
+        wgsl=wgsl,
+        workgroup_size=(values["workgroup_size_x"], values["workgroup_size_y"], 1),
+        dispatch=(values["grid_x"], values["grid_y"], 1),
+        workgroup_storage=values["workgroup_storage"],
+        vector_width=values.get("VEC", 1),
+    )

@@ -1,0 +1,312 @@
+"""Search spaces: which configs of a template are valid for a problem on a device.
+
+A space is a TOML file in `search_spaces/` (one per template): integer parameters with
+their values, derived quantities and constraints written as small expressions over the
+parameters and the problem (M, N, K, S = bytes per element). The expressions are parsed
+into a tiny whitelisted form (integers, + - * // %, comparisons, and/or/not, min, max,
+cdiv); file text is never handed to `eval`.
+
+Each space derives the quantities the adapter's limits apply to (invocations,
+workgroup_size_x/y, workgroup_storage, grid_x/y), so the valid set is known exactly
+before anything is compiled. Enumeration checks each constraint as soon as the
+parameters it reads are bound, so large spaces are cut early.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import operator
+import tomllib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from .data import data_path
+from .problem import Problem
+
+# Derived quantity -> the adapter limit it must not exceed.
+LIMITED = {
+    "invocations": "max-compute-invocations-per-workgroup",
+    "workgroup_size_x": "max-compute-workgroup-size-x",
+    "workgroup_size_y": "max-compute-workgroup-size-y",
+    "workgroup_storage": "max-compute-workgroup-storage-size",
+    "grid_x": "max-compute-workgroups-per-dimension",
+    "grid_y": "max-compute-workgroups-per-dimension",
+}
+PROBLEM_NAMES = ("M", "N", "K", "S")
+
+
+class SpaceError(ValueError):
+    """A malformed search-space file or an unknown template/config."""
+
+
+@dataclass(frozen=True, order=True)
+class Config:
+    """One point of a template's space: the template's name and its integer parameters."""
+
+    template: str
+    params: tuple[tuple[str, int], ...]
+
+    @classmethod
+    def make(cls, template: str, params: Mapping[str, int]) -> Config:
+        return cls(template, tuple(sorted((str(k), int(v)) for k, v in params.items())))
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.params)
+
+    def __getitem__(self, name: str) -> int:
+        return self.as_dict()[name]
+
+    def __str__(self) -> str:
+        return self.template + " " + " ".join(f"{k}={v}" for k, v in self.params)
+
+
+# --- the expression form --------------------------------------------------------------
+
+Expr = Callable[[Mapping[str, int]], int]
+
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
+_COMPARE = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+}
+_FUNCTIONS = {"min": min, "max": max, "cdiv": lambda a, b: -(-a // b)}
+
+
+def compile_expression(text: str) -> tuple[Expr, frozenset[str]]:
+    """Turn an expression string into (function of a name->int mapping, names it reads)."""
+    if not isinstance(text, str) or len(text) > 500:
+        raise SpaceError(f"expression must be a string of at most 500 characters: {text!r}")
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except SyntaxError as error:
+        raise SpaceError(f"bad expression {text!r}: {error.msg}") from None
+    names: set[str] = set()
+    return _build(tree, text, names), frozenset(names)
+
+
+def _build(node: ast.AST, text: str, names: set[str]) -> Expr:  # noqa: C901 (one case each)
+    if isinstance(node, ast.Constant) and type(node.value) in (int, bool):
+        value = int(node.value)
+        return lambda env: value
+    if isinstance(node, ast.Name):
+        name = node.id
+        names.add(name)
+        return lambda env: env[name]
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        op, left, right = _BINARY[type(node.op)], _build(node.left, text, names), _build(
+            node.right, text, names
+        )
+        return lambda env: op(left(env), right(env))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.Not):
+        inner = _build(node.operand, text, names)
+        if isinstance(node.op, ast.USub):
+            return lambda env: -inner(env)
+        return lambda env: int(not inner(env))
+    if isinstance(node, ast.BoolOp):
+        parts = [_build(v, text, names) for v in node.values]
+        if isinstance(node.op, ast.And):
+            return lambda env: int(all(p(env) for p in parts))
+        return lambda env: int(any(p(env) for p in parts))
+    if isinstance(node, ast.Compare) and all(type(o) in _COMPARE for o in node.ops):
+        terms = [_build(node.left, text, names)] + [_build(c, text, names) for c in node.comparators]
+        ops = [_COMPARE[type(o)] for o in node.ops]
+
+        def compare(env):
+            values = [t(env) for t in terms]
+            return int(all(op(a, b) for op, a, b in zip(ops, values, values[1:], strict=False)))
+
+        return compare
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in _FUNCTIONS
+        and not node.keywords
+    ):
+        function, args = _FUNCTIONS[node.func.id], [_build(a, text, names) for a in node.args]
+        return lambda env: function(*(a(env) for a in args))
+    raise SpaceError(f"expression {text!r}: {ast.dump(node)[:60]} is not allowed")
+
+
+# --- the space ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Rule:
+    name: str
+    text: str
+    function: Expr
+    reads: frozenset[str]
+
+
+@dataclass
+class Space:
+    """A template's parameters, derived quantities and constraints, loaded from TOML."""
+
+    template: str
+    description: str
+    params: dict[str, tuple[int, ...]]
+    derived: list[_Rule]
+    constraints: list[_Rule]
+    seeds: list[dict[str, int]] = field(default_factory=list)
+
+    @classmethod
+    def from_toml(cls, text: str, template: str) -> Space:
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as error:
+            raise SpaceError(f"search space {template!r}: {error}") from None
+        params = {}
+        for name, values in data.get("params", {}).items():
+            if not name.isidentifier() or name in PROBLEM_NAMES:
+                raise SpaceError(f"search space {template!r}: bad parameter name {name!r}")
+            if not values or not all(type(v) in (int, bool) for v in values):
+                raise SpaceError(f"search space {template!r}: {name} must list integers")
+            params[name] = tuple(int(v) for v in values)
+        derived = [_rule(n, t) for n, t in data.get("derived", {}).items()]
+        constraints = [_rule(n, t) for n, t in data.get("constraints", {}).items()]
+        missing = set(LIMITED) - {d.name for d in derived}
+        if missing:
+            raise SpaceError(f"search space {template!r} must derive {sorted(missing)}")
+        known = set(params) | set(PROBLEM_NAMES)  # a rule reads only names defined above it
+        for kind, rule in [("derive", d) for d in derived] + [("check", c) for c in constraints]:
+            unknown = rule.reads - known
+            if unknown:
+                raise SpaceError(f"search space {template!r}: {rule.name} reads {sorted(unknown)}")
+            if kind == "derive":
+                known.add(rule.name)
+        seeds = [dict(s) for s in data.get("seeds", [])]
+        for seed in seeds:
+            if set(seed) != set(params):
+                raise SpaceError(f"search space {template!r}: seed {seed} must set {list(params)}")
+        return cls(template, str(data.get("description", "")), params, derived, constraints, seeds)
+
+    @property
+    def size(self) -> int:
+        """Number of raw parameter combinations, before any constraint."""
+        count = 1
+        for values in self.params.values():
+            count *= len(values)
+        return count
+
+    def _rules(self, limits: Mapping[str, int] | None) -> list[tuple[str, _Rule]]:
+        """Derived values and checks in evaluation order: ("derive"|"check", rule)."""
+        rules = [("derive", d) for d in self.derived] + [("check", c) for c in self.constraints]
+        for quantity, limit in LIMITED.items():
+            if limits is not None and limit in limits:
+                bound = int(limits[limit])
+                rules.append(
+                    ("check", _Rule(f"limit {limit}", f"{quantity} <= {bound}",
+                                    _at_most(quantity, bound), frozenset({quantity})))
+                )
+        return rules
+
+    def _schedule(self, limits) -> list[list[tuple[str, _Rule]]]:
+        """Group rules by the index of the last parameter they depend on (-1: none)."""
+        order = list(self.params)
+        depth: dict[str, int] = {name: i for i, name in enumerate(order)}
+        levels: list[list[tuple[str, _Rule]]] = [[] for _ in range(len(order) + 1)]
+        for kind, rule in self._rules(limits):
+            level = max((depth.get(n, -1) for n in rule.reads), default=-1)
+            if kind == "derive":
+                depth[rule.name] = level
+            levels[level + 1].append((kind, rule))
+        return levels
+
+    def configs(self, problem: Problem, limits: Mapping[str, int] | None = None) -> list[Config]:
+        """Every config valid for `problem` under `limits` (None: ignore device limits)."""
+        return [Config.make(self.template, p) for p in self._enumerate(problem, limits)]
+
+    def _enumerate(self, problem, limits) -> Iterator[dict[str, int]]:
+        names = list(self.params)
+        levels = self._schedule(limits)
+        env = _problem_env(problem)
+
+        def apply(level) -> bool:
+            for kind, rule in levels[level]:
+                value = rule.function(env)
+                if kind == "derive":
+                    env[rule.name] = value
+                elif not value:
+                    return False
+            return True
+
+        def walk(i):
+            if i == len(names):
+                yield {n: env[n] for n in names}
+                return
+            for value in self.params[names[i]]:
+                env[names[i]] = value
+                if apply(i + 1):
+                    yield from walk(i + 1)
+
+        if apply(0):
+            yield from walk(0)
+
+    def why_invalid(self, config: Config, problem: Problem, limits=None) -> str | None:
+        """None when `config` is valid here, else the first rule it breaks."""
+        if config.template != self.template:
+            return f"template {config.template!r} is not {self.template!r}"
+        values = config.as_dict()
+        if set(values) != set(self.params):
+            return f"parameters {sorted(values)} are not {sorted(self.params)}"
+        for name, value in values.items():
+            if value not in self.params[name]:
+                return f"{name}={value} is not one of {list(self.params[name])}"
+        env = _problem_env(problem) | values
+        for kind, rule in self._rules(limits):
+            value = rule.function(env)
+            if kind == "derive":
+                env[rule.name] = value
+            elif not value:
+                return f"{rule.name}: {rule.text}"
+        return None
+
+    def context(self, config: Config, problem: Problem) -> dict[str, int]:
+        """Parameters, problem and derived values: what the template is rendered with."""
+        env = _problem_env(problem) | config.as_dict()
+        for rule in self.derived:
+            env[rule.name] = rule.function(env)
+        return env
+
+    def seed_configs(self, problem: Problem, limits=None) -> list[Config]:
+        """The file's known-good configs that are valid for this problem, in file order."""
+        seeds = [Config.make(self.template, s) for s in self.seeds]
+        return [c for c in seeds if self.why_invalid(c, problem, limits) is None]
+
+
+def _rule(name: str, text: str) -> _Rule:
+    function, reads = compile_expression(text)
+    return _Rule(str(name), text, function, reads)
+
+
+def _at_most(quantity: str, bound: int) -> Expr:
+    return lambda env: int(env[quantity] <= bound)
+
+
+def _problem_env(problem: Problem) -> dict[str, int]:
+    return {"M": problem.M, "N": problem.N, "K": problem.K, "S": problem.itemsize}
+
+
+def template_names() -> list[str]:
+    return sorted(p.name.removesuffix(".toml") for p in data_path("search_spaces").glob("*.toml"))
+
+
+@functools.cache
+def load_space(template: str) -> Space:
+    """The search space of `template`, from search_spaces/TEMPLATE.toml."""
+    names = template_names()
+    if template not in names:
+        raise SpaceError(f"template {template!r} is unknown; known: {', '.join(names)}")
+    path = data_path("search_spaces") / f"{template}.toml"
+    return Space.from_toml(path.read_text(), template)
