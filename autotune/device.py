@@ -135,6 +135,14 @@ class Gpu:
         """Nanoseconds per timestamp tick (1.0 on most drivers)."""
         return float(native.lib.wgpuQueueGetTimestampPeriod(self.queue._internal))
 
+    def wait_idle(self) -> None:
+        """Block until all submitted GPU work is done.
+
+        (wgpu-py 0.32's queue.on_submitted_work_done_sync breaks on wgpu-native 29's
+        callback signature; wgpuDevicePoll with wait=true does the same job.)
+        """
+        native.libf.wgpuDevicePoll(self.device._internal, True, native.ffi.NULL)
+
     @property
     def summary(self) -> str:
         return self.adapter.summary

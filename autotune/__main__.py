@@ -1,0 +1,280 @@
+"""Command line: a thin layer over the public API.
+
+    python -m autotune tune --shape 256x256x256 --trials 30
+    python -m autotune lookup --shape 256x256x256 --json
+    python -m autotune devices
+    python -m autotune demo
+
+Bad input exits with code 2 and one line naming the argument; no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from . import device as device_module
+from .problem import DTYPES, ProblemError, parse_shape
+from .search import SAMPLERS
+from .space import template_names
+
+
+class UsageError(Exception):
+    """Bad command-line input: printed as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's own errors: one line too
+        raise UsageError(message)
+
+
+def _shape(text: str):
+    return text  # parsed later with the dtype, so the error names --shape
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m autotune", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def shape_options(command, many: bool):
+        command.add_argument("--shape", action="append" if many else "store", required=True,
+                             type=_shape, metavar="MxNxK",
+                             help="problem size: C (MxN) = A (MxK) @ B (KxN)"
+                             + (" (repeatable)" if many else ""))
+        command.add_argument("--dtype", default="f32", choices=list(DTYPES),
+                             help="element type (default f32)")
+        command.add_argument("--checks", default="on", choices=["on", "off"],
+                             help="wgpu runtime bounds checks in the shader, as browsers "
+                             "have them (on, default) or not (off)")
+        command.add_argument("--cache", metavar="DIR",
+                             help="cache folder (default: $AUTOTUNE_CACHE, or cache/ in "
+                             "a checkout, or the user's cache folder)")
+
+    tune = commands.add_parser("tune", help="search, verify and time kernels; cache the best")
+    shape_options(tune, many=True)
+    tune.add_argument("--trials", type=_positive_int, default=None,
+                      help="measured trials per shape (default 30 unless --timeout is given)")
+    tune.add_argument("--timeout", type=_positive_float, default=None,
+                      help="seconds of search per shape")
+    tune.add_argument("--template", action="append", choices=template_names(),
+                      help="template(s) to search (default: all)")
+    tune.add_argument("--sampler", default="tpe", choices=list(SAMPLERS),
+                      help="Optuna sampler (default tpe)")
+    tune.add_argument("--storage", metavar="URL",
+                      help="Optuna storage, e.g. sqlite:///study.db: resumable, shareable")
+    tune.add_argument("--seed", type=int, default=None, help="sampler seed")
+
+    lookup = commands.add_parser("lookup", help="the best known kernel for a shape")
+    shape_options(lookup, many=False)
+    lookup.add_argument("--json", action="store_true", help="print JSON instead of text")
+    lookup.add_argument("--wgsl", action="store_true", help="print the kernel's WGSL")
+
+    commands.add_parser("devices", help="adapters: backend, features, limits, fingerprint")
+    demo = commands.add_parser("demo", help="render, verify and time each template's default "
+                               "kernel for one shape")
+    demo.add_argument("--shape", default="256x256x256", type=_shape, metavar="MxNxK")
+    return parser
+
+
+def _problems(args) -> list:
+    shapes = args.shape if isinstance(args.shape, list) else [args.shape]
+    try:
+        return [parse_shape(s, args.dtype if hasattr(args, "dtype") else "f32") for s in shapes]
+    except ProblemError as error:
+        raise UsageError(f"argument --shape: {error}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    console = Console(stderr=False)
+    try:
+        args = build_parser().parse_args(argv)
+        problems = _problems(args)
+        return COMMANDS[args.command](args, problems, console)
+    except UsageError as error:
+        print(f"autotune: error: {error}", file=sys.stderr)
+        return 2
+    except device_module.NoAdapterError as error:
+        print(f"autotune: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("autotune: interrupted; finished results are in the cache", file=sys.stderr)
+        return 130
+
+
+# --- commands -------------------------------------------------------------------------
+
+
+def _tune(args, problems, console: Console) -> int:
+    from .tune import TuneError, check_budget, check_storage, check_templates, tune
+
+    trials = args.trials if args.trials or args.timeout else 30
+    try:  # every argument is checked before the first shape starts
+        check_templates(args.template)
+        check_budget(trials, args.timeout)
+        check_storage(args.storage)
+    except TuneError as error:
+        raise UsageError(f"argument --{error.field}: {error}") from None
+    results = []
+    for problem in problems:
+        with Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(),
+            TextColumn("{task.completed}/{task.total} trials"),
+            TextColumn("best {task.fields[best]}"), TextColumn("failed {task.fields[failed]}"),
+            TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False,
+        ) as progress:
+            task = progress.add_task(problem.shape, total=trials, best="-", failed=0)
+
+            def on_trial(event, task=task, problem=problem):
+                result = event["result"]
+                best = result.best
+                progress.update(
+                    task, completed=result.study_trials, failed=sum(result.failures.values()),
+                    best=f"{best.measurement.gflops(problem.flops):.1f} GFLOP/s" if best else "-",
+                )
+
+            try:
+                result = tune(problem.M, problem.N, problem.K, problem.dtype, trials=trials,
+                              timeout=args.timeout, templates=args.template,
+                              checks=args.checks == "on", sampler=args.sampler,
+                              storage=args.storage, cache_dir=args.cache, seed=args.seed,
+                              on_trial=on_trial)
+            except TuneError as error:
+                raise UsageError(f"argument --{error.field}: {error}") from None
+            except ProblemError as error:
+                raise UsageError(f"argument --shape: {error}") from None
+            progress.update(task, completed=result.search.study_trials)
+        results.append(result)
+    console.print(_summary(results))
+    console.print(_configs(results))
+    for path in dict.fromkeys(r.cache_path for r in results):
+        console.print(f"cache: {path}")
+    return 0 if all(r.entry for r in results) else 1
+
+
+def _summary(results) -> Table:
+    table = Table(title="autotune: best kernel per shape")
+    for column in ("shape", "template", "ms (spread)", "GFLOP/s", "tiled 16x16",
+                   "speed-up", "trials", "failures", "wall"):
+        table.add_column(column, overflow="fold")
+    for r in results:
+        p, e = r.problem, r.entry
+        base = r.baseline.measurement if r.baseline and r.baseline.ok else None
+        failures = ", ".join(f"{k} {v}" for k, v in sorted(r.search.failures.items())) or "0"
+        row = [p.shape, "none found", "-", "-", "-", "-"]
+        if e is not None:
+            row = [p.shape, e.key.template,
+                   f"{e.median_s * 1e3:.3g} ({(e.p80_s - e.p20_s) / e.median_s:.0%})",
+                   f"{e.gflops:.1f}", f"{p.flops / base.median_s / 1e9:.1f}" if base else "-",
+                   f"{base.median_s / e.median_s:.2f}x" if base else "-"]
+        table.add_row(*row, str(r.search.study_trials), failures, f"{r.search.seconds:.0f} s")
+    return table
+
+
+def _configs(results) -> str:
+    return "\n".join(f"{r.problem.shape}: {r.entry.config if r.entry else '-'}" for r in results)
+
+
+def _lookup(args, problems, console: Console) -> int:
+    from .lookup import lookup
+
+    problem = problems[0]
+    try:
+        kernel = lookup(problem.M, problem.N, problem.K, problem.dtype,
+                        checks=args.checks == "on", cache_dir=args.cache)
+    except ProblemError as error:
+        raise UsageError(f"argument --shape: {error}") from None
+    entry = kernel.entry
+    info = {
+        "shape": problem.shape, "dtype": problem.dtype, "source": kernel.source,
+        "checks": kernel.checks, "template": kernel.config.template,
+        "config": kernel.config.as_dict(), "device": kernel.gpu.summary,
+        "tuned_for": entry.key.problem.shape if entry else None,
+        "median_s": entry.median_s if entry else None,
+        "gflops": entry.gflops if entry else None,
+    }
+    if args.json:
+        print(json.dumps(info, indent=1))
+    else:
+        for name, value in info.items():
+            console.print(f"{name:>10}: {value}")
+    if args.wgsl:
+        print(kernel.wgsl)
+    return 0
+
+
+def _devices(args, problems, console: Console) -> int:
+    chosen = device_module.get_gpu()
+    for adapter in device_module.list_adapters():
+        mark = "*" if adapter.summary == chosen.summary else " "
+        console.print(f"{mark} [bold]{adapter.summary}[/bold]")
+        fingerprint = device_module.Fingerprint.of(adapter)
+        console.print(f"    fingerprint: {json.dumps(fingerprint.as_dict())}")
+        console.print(f"    features: {', '.join(sorted(adapter.features))}")
+        limits = {k: adapter.limits[k] for k in device_module.COMPUTE_LIMITS}
+        console.print(f"    limits: {json.dumps(limits)}")
+    console.print(f"* = used (set {device_module.ADAPTER_ENV} to choose); "
+                  f"versions: {device_module.versions()}")
+    return 0
+
+
+def _demo(args, problems, console: Console) -> int:
+    """Render, compile, verify and time each template's default kernel for one shape."""
+    from .compile import compile_shader
+    from .measure import measure
+    from .render import render
+    from .space import load_space
+    from .verify import verify
+
+    problem = problems[0]
+    gpu = device_module.get_gpu()
+    console.print(f"device: {gpu.summary}; problem: {problem}")
+    table = Table(title=f"default kernel of each template, {problem.shape}")
+    for column in ("template", "config", "lines of WGSL", "compile", "error", "GFLOP/s"):
+        table.add_column(column)
+    for template in ("naive", "tiled", "blocked"):
+        seeds = load_space(template).seed_configs(problem, gpu.limits)
+        if not seeds:
+            continue
+        shader = render(seeds[0], problem)
+        compiled = compile_shader(shader, gpu)
+        verdict = verify(compiled, gpu)
+        start = time.perf_counter()
+        gflops = measure(compiled, gpu).gflops(problem.flops) if verdict.ok else float("nan")
+        table.add_row(template, str(seeds[0]), str(len(shader.wgsl.splitlines())),
+                      f"{compiled.seconds * 1e3:.0f} ms",
+                      f"{verdict.error:.2g} ({'ok' if verdict.ok else 'WRONG'})",
+                      f"{gflops:.2f} ({time.perf_counter() - start:.1f} s)")
+    console.print(table)
+    return 0
+
+
+COMMANDS = {"tune": _tune, "lookup": _lookup, "devices": _devices, "demo": _demo}
+
+if __name__ == "__main__":
+    sys.exit(main())

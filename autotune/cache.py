@@ -1,0 +1,290 @@
+"""Cache: the best verified kernel per device and problem, as JSON files on disk.
+
+One file per device: fingerprint + software versions name it, so another GPU, driver or
+wgpu build reads another file. Inside, each entry is keyed by template (name and content
+hash), runtime-check mode, dtype, layout and M, N, K; a change in any of them is a miss.
+Writes are atomic (temp file + os.replace) and happen under a file lock, re-reading the
+file first, so concurrent tuners lose nothing. A file that is corrupt or has a newer
+schema is moved aside with a warning and treated as empty.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import math
+import os
+import tempfile
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import filelock
+import platformdirs
+
+from .data import data_path, in_checkout
+from .problem import Problem, ProblemError
+from .render import template_hash
+from .space import Config, SpaceError, load_space, template_names
+
+SCHEMA = 1
+CACHE_ENV = "AUTOTUNE_CACHE"
+
+
+class CacheWarning(UserWarning):
+    """A cache file could not be used (corrupt, newer schema) and was set aside."""
+
+
+def default_cache_dir() -> Path:
+    """$AUTOTUNE_CACHE, else the checkout's cache/ (the shipped database), else the
+    user's cache folder."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    if in_checkout():
+        return data_path("cache")
+    return Path(platformdirs.user_cache_dir("autotune"))
+
+
+def shipped_cache_dir() -> Path:
+    return data_path("cache")
+
+
+@dataclass(frozen=True)
+class Key:
+    """Everything inside one device file that can change the answer."""
+
+    template: str
+    template_hash: str
+    checks: bool
+    dtype: str
+    layout: str
+    M: int
+    N: int
+    K: int
+
+    @classmethod
+    def of(cls, problem: Problem, template: str, checks: bool) -> Key:
+        return cls(template, template_hash(template), checks, problem.dtype, problem.layout,
+                   problem.M, problem.N, problem.K)
+
+    def __str__(self) -> str:
+        checks = "checks" if self.checks else "nochecks"
+        return (f"{self.template}:{self.template_hash}:{checks}:{self.dtype}:{self.layout}:"
+                f"{self.M}x{self.N}x{self.K}")
+
+    @property
+    def problem(self) -> Problem:
+        return Problem(self.M, self.N, self.K, self.dtype, self.layout)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """The best verified config found for one key, and how it measured."""
+
+    key: Key
+    params: dict  # the config's parameters
+    median_s: float  # seconds per dispatch
+    p20_s: float
+    p80_s: float
+    method: str  # "timestamp" or "wall"
+    gflops: float
+    error: float  # relative error at verification
+    baseline_s: float | None = None  # the tutorial tiled 16x16 kernel on this device
+    trials: int = 0
+    failures: dict = field(default_factory=dict)  # reason -> count
+    tuning_s: float = 0.0
+    date: str = ""
+
+    @property
+    def config(self) -> Config:
+        return Config.make(self.key.template, self.params)
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["key"] = str(self.key)
+        return data
+
+    @classmethod
+    def from_json(cls, text_key: str, data: object) -> Entry:
+        """Parse and validate one entry; raise ValueError on anything unexpected."""
+        if not isinstance(data, dict):
+            raise ValueError("entry is not an object")
+        key = _parse_key(text_key)
+        if data.get("key") != text_key:
+            raise ValueError("entry key does not match its position")
+        params = data.get("params")
+        if not isinstance(params, dict) or not all(
+            isinstance(k, str) and type(v) is int for k, v in params.items()
+        ):
+            raise ValueError("params must map names to integers")
+        config = Config.make(key.template, params)
+        reason = load_space(key.template).why_invalid(config, key.problem)
+        if reason:
+            raise ValueError(f"config {config} is invalid: {reason}")
+        numbers = {}
+        for name in ("median_s", "p20_s", "p80_s", "gflops", "error", "tuning_s"):
+            value = data.get(name, 0.0)
+            if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name} must be a finite number >= 0")
+            numbers[name] = float(value)
+        if numbers["median_s"] <= 0:
+            raise ValueError("median_s must be > 0")
+        baseline = data.get("baseline_s")
+        if baseline is not None and (type(baseline) not in (int, float) or not baseline > 0):
+            raise ValueError("baseline_s must be a number > 0 or null")
+        method = data.get("method")
+        if method not in ("timestamp", "wall"):
+            raise ValueError("method must be 'timestamp' or 'wall'")
+        failures = data.get("failures", {})
+        if not isinstance(failures, dict) or not all(
+            isinstance(k, str) and type(v) is int for k, v in failures.items()
+        ):
+            raise ValueError("failures must map reasons to counts")
+        trials = data.get("trials", 0)
+        if type(trials) is not int or trials < 0:
+            raise ValueError("trials must be an integer >= 0")
+        return cls(key=key, params=config.as_dict(), method=method, baseline_s=baseline,
+                   failures=dict(failures), trials=trials, date=str(data.get("date", ""))[:40],
+                   **numbers)
+
+
+def _parse_key(text: str) -> Key:
+    parts = text.split(":") if isinstance(text, str) else []
+    if len(parts) != 6:
+        raise ValueError(f"malformed key {text!r}")
+    template, digest, checks, dtype, layout, shape = parts
+    if template not in template_names():
+        raise ValueError(f"unknown template {template!r}")
+    if checks not in ("checks", "nochecks"):
+        raise ValueError(f"bad check mode {checks!r}")
+    sizes = shape.split("x")
+    if len(sizes) != 3 or not all(s.isdigit() and len(s) < 11 for s in sizes):
+        raise ValueError(f"bad shape {shape!r}")
+    try:
+        problem = Problem(*(int(s) for s in sizes), dtype=dtype, layout=layout)
+    except ProblemError as error:
+        raise ValueError(str(error)) from None
+    return Key(template, digest, checks == "checks", problem.dtype, problem.layout,
+               problem.M, problem.N, problem.K)
+
+
+def device_file_name(fingerprint: dict, versions: dict) -> str:
+    """<device-backend>-<hash of fingerprint, versions, schema>.json"""
+    identity = json.dumps({"fingerprint": fingerprint, "versions": versions, "schema": SCHEMA},
+                          sort_keys=True)
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:12]
+    slug = "".join(c if c.isalnum() else "-" for c in
+                   f"{fingerprint.get('device', '')}-{fingerprint.get('backend', '')}".lower())
+    return f"{slug.strip('-')[:60]}-{digest}.json"
+
+
+class DeviceCache:
+    """The cache file of one device (fingerprint + versions) in one folder."""
+
+    def __init__(self, folder: Path | str, fingerprint: dict, versions: dict):
+        self.folder = Path(folder)
+        self.fingerprint = dict(fingerprint)
+        self.versions = dict(versions)
+        self.path = self.folder / device_file_name(self.fingerprint, self.versions)
+
+    # --- reading ---------------------------------------------------------------------
+
+    def entries(self) -> dict[str, Entry]:
+        """All valid entries; entries of changed templates are left out (never served)."""
+        data = self._load()
+        entries = {}
+        for text_key, value in data.get("entries", {}).items():
+            try:
+                entry = Entry.from_json(text_key, value)
+            except (ValueError, SpaceError) as error:
+                warnings.warn(f"{self.path}: entry {text_key[:80]!r} ignored: {error}",
+                              CacheWarning, stacklevel=2)
+                continue
+            if entry.key.template_hash == template_hash(entry.key.template):
+                entries[text_key] = entry
+        return entries
+
+    def get(self, key: Key) -> Entry | None:
+        return self.entries().get(str(key))
+
+    def best(self, problem: Problem, checks: bool) -> Entry | None:
+        """The fastest entry over all templates for this exact problem and mode."""
+        matching = [e for e in self.entries().values()
+                    if e.key.problem == problem and e.key.checks == checks]
+        return min(matching, key=lambda e: e.median_s, default=None)
+
+    def _load(self) -> dict:
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return {}
+        except OSError as error:
+            warnings.warn(f"{self.path}: unreadable ({error}); ignored", CacheWarning, stacklevel=3)
+            return {}
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict) or type(data.get("schema")) is not int:
+                raise ValueError("not a cache file")
+            if data["schema"] > SCHEMA:
+                raise ValueError(f"schema {data['schema']} is newer than {SCHEMA}")
+            if data["schema"] < SCHEMA or data.get("fingerprint") != self.fingerprint:
+                raise ValueError("schema or fingerprint does not match the file name")
+            if not isinstance(data.get("entries"), dict):
+                raise ValueError("entries is not an object")
+        except ValueError as error:  # json.JSONDecodeError is a ValueError
+            self._set_aside(error)
+            return {}
+        return data
+
+    def _set_aside(self, error: Exception) -> None:
+        stamp = datetime.datetime.now().strftime("%Y%m%dT%H%M%S%f")
+        aside = self.path.with_name(f"{self.path.name}.bad-{stamp}")
+        try:
+            os.replace(self.path, aside)
+            where = f"moved to {aside.name}"
+        except OSError:
+            where = "left in place (read-only)"
+        warnings.warn(f"{self.path}: {error}; {where}, starting empty", CacheWarning, stacklevel=4)
+
+    # --- writing ---------------------------------------------------------------------
+
+    def put(self, entry: Entry) -> bool:
+        """Store `entry` unless another config is stored for its key and is faster."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with filelock.FileLock(str(self.path) + ".lock"):
+            data = self._load() or {}
+            entries = data.get("entries", {})
+            old = entries.get(str(entry.key))
+            if isinstance(old, dict) and _is_faster(old, entry):
+                return False
+            entries[str(entry.key)] = entry.to_json()
+            data = {"schema": SCHEMA, "fingerprint": self.fingerprint,
+                    "versions": self.versions, "entries": dict(sorted(entries.items()))}
+            self._write_atomic(data)
+        return True
+
+    def _write_atomic(self, data: dict) -> None:
+        handle, temp = tempfile.mkstemp(dir=self.folder, prefix=self.path.name, suffix=".tmp")
+        try:
+            with os.fdopen(handle, "w") as file:
+                json.dump(data, file, indent=1)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temp, self.path)
+        except BaseException:
+            Path(temp).unlink(missing_ok=True)
+            raise
+
+
+def _is_faster(old: dict, new: Entry) -> bool:
+    """True when the stored entry is another config that measured faster (it stays)."""
+    try:
+        stored = Entry.from_json(str(new.key), old)
+    except (ValueError, SpaceError):
+        return False
+    return stored.params != new.params and stored.median_s < new.median_s
+
+
+def today() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,102 @@
+"""Lookup: the best known kernel for a problem on this device, and `matmul`.
+
+Order: the user's cache, the shipped cache/, the nearest tuned shape on this device
+(re-verified at the new shape before it is handed out), a sound default config.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path
+
+import numpy as np
+
+from . import cache
+from .compile import CompileError, compile_shader
+from .device import Gpu, get_gpu, versions
+from .kernel import Kernel, check_fits, check_operands
+from .problem import Problem
+from .render import render
+from .space import load_space
+from .verify import verify
+
+DEFAULT_TEMPLATES = ("blocked", "tiled", "naive")
+
+
+def _stores(gpu: Gpu, cache_dir) -> list[cache.DeviceCache]:
+    folders = [Path(cache_dir) if cache_dir else cache.default_cache_dir()]
+    shipped = cache.shipped_cache_dir()
+    if shipped.resolve() != folders[0].resolve():
+        folders.append(shipped)
+    return [cache.DeviceCache(f, gpu.fingerprint.as_dict(), versions()) for f in folders]
+
+
+def _distance(a: Problem, b: Problem) -> float:
+    """How far apart two shapes are: summed |log| ratios of M, N and K."""
+    return sum(abs(math.log(x / y)) for x, y in ((a.M, b.M), (a.N, b.N), (a.K, b.K)))
+
+
+def _nearest(problem: Problem, checks: bool, stores, gpu: Gpu) -> Kernel | None:
+    candidates = []
+    for store in stores:
+        for entry in store.entries().values():
+            key = entry.key
+            if (key.checks, key.dtype, key.layout) != (checks, problem.dtype, problem.layout):
+                continue
+            if load_space(key.template).why_invalid(entry.config, problem, gpu.limits):
+                continue  # e.g. vec4 loads need N % 4 == 0
+            candidates.append((_distance(key.problem, problem), entry.median_s, entry))
+    for _, _, entry in sorted(candidates, key=lambda c: c[:2]):
+        try:
+            compiled = compile_shader(render(entry.config, problem), gpu, checks=checks)
+        except CompileError:
+            continue
+        if verify(compiled, gpu).ok:
+            kernel = Kernel(problem, entry.config, "nearest", checks=checks, gpu=gpu, entry=entry)
+            kernel._compiled = compiled
+            return kernel
+    return None
+
+
+def default_kernel(problem: Problem, gpu: Gpu, checks: bool = True) -> Kernel:
+    """A sound untuned kernel: the first known-good config valid here."""
+    for template in DEFAULT_TEMPLATES:
+        seeds = load_space(template).seed_configs(problem, gpu.limits)
+        if seeds:
+            return Kernel(problem, seeds[0], "default", checks=checks, gpu=gpu)
+    raise ValueError(f"no kernel fits {problem} within this device's limits")
+
+
+@functools.lru_cache(maxsize=256)
+def _lookup(problem: Problem, checks: bool, cache_dir: str | None, gpu: Gpu) -> Kernel:
+    stores = _stores(gpu, cache_dir)
+    for store in stores:
+        entry = store.best(problem, checks)
+        if entry is not None:
+            return Kernel(problem, entry.config, "exact", checks=checks, gpu=gpu, entry=entry)
+    return _nearest(problem, checks, stores, gpu) or default_kernel(problem, gpu, checks)
+
+
+def forget() -> None:
+    """Drop memoized lookups (after a tune wrote new entries)."""
+    _lookup.cache_clear()
+
+
+def lookup(M: int, N: int, K: int, dtype: str = "f32", *, checks: bool = True,
+           cache_dir: str | Path | None = None, gpu: Gpu | None = None) -> Kernel:
+    """The best known kernel for C = A @ B with A of M x K and B of K x N, on this device.
+
+    `kernel.source` is "exact", "nearest" or "default"; call it with NumPy arrays.
+    """
+    problem = Problem(M, N, K, dtype)
+    gpu = gpu or get_gpu()
+    check_fits(problem, gpu)
+    return _lookup(problem, bool(checks), str(cache_dir) if cache_dir else None, gpu)
+
+
+def matmul(A: np.ndarray, B: np.ndarray, *, checks: bool = True) -> np.ndarray:
+    """C = A @ B on the GPU with the best known kernel for the shape."""
+    A, B, problem = check_operands(A, B)
+    kernel = lookup(problem.M, problem.N, problem.K, problem.dtype, checks=checks)
+    return kernel(A, B)

@@ -1,0 +1,150 @@
+"""Time: how long one dispatch of a verified kernel takes on the GPU.
+
+With the timestamp-query feature: one compute pass holds R dispatches, R chosen so the
+pass lasts at least `min_pass_s`; the pass is bracketed by timestamp writes and run
+`passes` times; the result is the median (and 20th/80th percentiles) of pass time / R.
+Each pass is also timed by the wall clock (submit to completion) as a cross-check.
+Without timestamps the wall clock is the measurement, and `method` says so.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import wgpu
+
+from .compile import Compiled
+from .device import Gpu
+from .kernel import Bound
+from .verify import random_operands
+
+MAX_REPEATS = 4096
+
+
+class TooSlow(RuntimeError):
+    """One dispatch took longer than the caller's limit: the candidate is not timed further."""
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Seconds per dispatch: median and spread over passes, and how they were taken."""
+
+    median_s: float
+    p20_s: float
+    p80_s: float
+    method: str  # "timestamp" or "wall"
+    repeats: int  # dispatches per pass
+    passes: int
+    wall_median_s: float  # wall clock per dispatch, the cross-check
+
+    def gflops(self, flops: int) -> float:
+        return flops / self.median_s / 1e9
+
+    @property
+    def spread(self) -> float:
+        """(p80 - p20) / median: the relative spread of the passes."""
+        return (self.p80_s - self.p20_s) / self.median_s
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low, high = math.floor(position), math.ceil(position)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+class _PassTimer:
+    """Runs passes of R dispatches; returns (timestamp seconds or None, wall seconds)."""
+
+    def __init__(self, bound: Bound, gpu: Gpu, use_timestamps: bool):
+        self.bound, self.gpu = bound, gpu
+        self.query_set = None
+        if use_timestamps:
+            self.query_set = gpu.device.create_query_set(type=wgpu.QueryType.timestamp, count=2)
+            self.resolved = gpu.device.create_buffer(
+                size=16, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC
+            )
+
+    def run(self, repeats: int) -> tuple[float | None, float]:
+        encoder = self.gpu.device.create_command_encoder()
+        writes = None
+        if self.query_set is not None:
+            writes = {
+                "query_set": self.query_set,
+                "beginning_of_pass_write_index": 0,
+                "end_of_pass_write_index": 1,
+            }
+        self.bound.encode(encoder, repeats, writes)
+        if self.query_set is not None:
+            encoder.resolve_query_set(self.query_set, 0, 2, self.resolved, 0)
+        start = time.perf_counter()
+        self.gpu.queue.submit([encoder.finish()])
+        self.gpu.wait_idle()
+        wall = time.perf_counter() - start
+        if self.query_set is None:
+            return None, wall
+        ticks = np.frombuffer(self.gpu.queue.read_buffer(self.resolved), dtype=np.uint64)
+        return float(ticks[1] - ticks[0]) * self.gpu.timestamp_period_ns * 1e-9, wall
+
+    def release(self):
+        if self.query_set is not None:
+            self.query_set.destroy()
+            self.resolved.destroy()
+
+
+def measure(compiled: Compiled, gpu: Gpu, *, min_pass_s: float = 0.005, passes: int = 7,
+            budget_s: float = 2.0, max_dispatch_s: float | None = None,
+            use_timestamps: bool | None = None, seed: int = 0) -> Measurement:
+    """Time one dispatch of `compiled` on random data (see the module doc for the method).
+
+    Slow kernels get fewer passes (at least 3) so one candidate costs about `budget_s`;
+    one whose single dispatch exceeds `max_dispatch_s` raises TooSlow.
+    """
+    if use_timestamps is None:
+        use_timestamps = gpu.has_timestamps
+    problem = compiled.shader.problem
+    A, B = random_operands(problem, np.random.default_rng(seed))
+    C = np.zeros((problem.M, problem.N), dtype=problem.numpy_dtype)
+    bound = Bound.make(compiled, gpu, A, B, C)
+    timer = _PassTimer(bound, gpu, use_timestamps)
+    try:
+        # Warm up (first-use costs) and size the pass from one dispatch, then once more
+        # from a pass of that size, since a single dispatch is dominated by overhead.
+        timer.run(1)
+        stamp, wall = timer.run(1)
+        one = stamp if stamp else wall
+        if max_dispatch_s is not None and one > max_dispatch_s:
+            raise TooSlow(f"one dispatch took {one:.3g} s, more than {max_dispatch_s:.3g} s")
+        repeats = _repeats_for(one, min_pass_s)
+        if repeats > 1:
+            stamp, wall = timer.run(repeats)
+            one = (stamp if stamp else wall) / repeats
+            repeats = _repeats_for(one, min_pass_s)
+        passes = max(3, min(passes, int(budget_s / (one * repeats))))
+        samples, walls = [], []
+        for _ in range(passes):
+            stamp, wall = timer.run(repeats)
+            walls.append(wall / repeats)
+            samples.append((stamp if stamp is not None else wall) / repeats)
+    finally:
+        timer.release()
+        bound.release()
+    return Measurement(
+        median_s=statistics.median(samples),
+        p20_s=_quantile(samples, 0.2),
+        p80_s=_quantile(samples, 0.8),
+        method="timestamp" if use_timestamps else "wall",
+        repeats=repeats,
+        passes=passes,
+        wall_median_s=statistics.median(walls),
+    )
+
+
+def _repeats_for(seconds_per_dispatch: float, min_pass_s: float) -> int:
+    if seconds_per_dispatch <= 0:
+        return MAX_REPEATS
+    return max(1, min(MAX_REPEATS, math.ceil(min_pass_s / seconds_per_dispatch)))

@@ -1,0 +1,263 @@
+"""Search: Optuna proposes configs, each is compiled, verified and timed on the GPU.
+
+The study is driven with ask/tell so that the tuner, not Optuna, decides what a trial
+costs: a config that breaks a constraint or a device limit is told PRUNED before any
+compile (the sampler learns to avoid it, the budget does not pay for it); a config
+already measured in the study, by this process or another on the same storage, is told
+its earlier result without touching the GPU. A candidate that fails to compile, exceeds
+a limit, computes a wrong result or is hopelessly slow is a value with a reason
+(`compile`, `limits`, `wrong`, `timeout`, `crashed`), recorded on its trial.
+
+The budget (`trials`) counts measured trials of the whole study, so a killed `tune` on
+a persistent storage resumes where it stopped, and several processes share one budget.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import optuna
+
+from .compile import CompileError, compile_shader
+from .device import Gpu
+from .measure import Measurement, TooSlow, measure
+from .problem import Problem
+from .render import render, template_hash
+from .space import Config, load_space
+
+SAMPLERS = ("tpe", "random", "grid")
+MAX_IDLE_ASKS = 200  # proposals in a row that need no GPU before we pick one ourselves
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What measuring one config gave: a time, or a failure reason."""
+
+    config: Config
+    measurement: Measurement | None = None
+    reason: str = ""  # "" when it worked; else compile, limits, wrong, timeout, crashed
+    detail: str = ""
+    error: float = math.nan  # relative error at verification
+    compile_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.measurement is not None
+
+
+def evaluate(config: Config, problem: Problem, gpu: Gpu, *, checks: bool = True,
+             max_dispatch_s: float | None = None, seed: int | None = None) -> Outcome:
+    """Render, compile, verify and (only if correct) time one config."""
+    try:
+        compiled = compile_shader(render(config, problem), gpu, checks=checks)
+    except CompileError as error:
+        return Outcome(config, reason=error.reason, detail=str(error)[:500])
+    from .verify import verify  # late: verify imports kernel, which imports compile
+
+    try:
+        verdict = verify(compiled, gpu, seed=seed)
+        if not verdict.ok:
+            return Outcome(config, reason="wrong", detail=verdict.reason, error=verdict.error,
+                           compile_s=compiled.seconds)
+        measurement = measure(compiled, gpu, max_dispatch_s=max_dispatch_s)
+    except TooSlow as error:
+        return Outcome(config, reason="timeout", detail=str(error), compile_s=compiled.seconds)
+    except Exception as error:  # a driver or wgpu error while running: this trial only
+        return Outcome(config, reason="crashed", detail=f"{type(error).__name__}: {error}"[:500],
+                       compile_s=compiled.seconds)
+    return Outcome(config, measurement, error=verdict.error, compile_s=compiled.seconds)
+
+
+@dataclass
+class SearchResult:
+    problem: Problem
+    best: Outcome | None
+    measured: int  # trials measured by this process
+    study_trials: int  # measured trials in the whole study (all processes)
+    failures: Counter = field(default_factory=Counter)  # reason -> count, this process
+    seconds: float = 0.0
+    study_name: str = ""
+
+
+def study_name(problem: Problem, templates: Sequence[str], checks: bool, gpu: Gpu) -> str:
+    """One study per device, problem, template set (and their content) and check mode."""
+    parts = [gpu.fingerprint.slug, str(gpu.fingerprint.device_id), problem.shape, problem.dtype,
+             problem.layout, "checks" if checks else "nochecks"]
+    parts += [f"{t}-{template_hash(t)}" for t in templates]
+    return ":".join(parts)
+
+
+def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
+    if name == "tpe":
+        # multivariate + group model the parameters jointly per template; constant_liar
+        # keeps processes sharing a study from proposing the same point at once.
+        with warnings.catch_warnings():  # group and constant_liar are "experimental"
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
+                                              constant_liar=True, n_startup_trials=8)
+    if name in ("random", "grid"):  # grid: the tuner enqueues configs in order itself
+        return optuna.samplers.RandomSampler(seed=seed)
+    raise ValueError(f"sampler {name!r} is unknown; known: {', '.join(SAMPLERS)}")
+
+
+def _config_from_trial(trial: optuna.Trial, templates: Sequence[str]) -> Config:
+    template = (trial.suggest_categorical("template", list(templates))
+                if len(templates) > 1 else templates[0])
+    space = load_space(template)
+    params = {name: trial.suggest_categorical(f"{template}.{name}", list(values))
+              for name, values in space.params.items()}
+    return Config.make(template, params)
+
+
+def _trial_params(config: Config, templates: Sequence[str]) -> dict:
+    params = {f"{config.template}.{k}": v for k, v in config.params}
+    if len(templates) > 1:
+        params["template"] = config.template
+    return params
+
+
+Progress = Callable[[dict], None]
+
+
+def search(problem: Problem, gpu: Gpu, *, templates: Sequence[str] = ("blocked",),
+           trials: int | None = 30, timeout: float | None = None, checks: bool = True,
+           sampler: str = "tpe", storage: str | None = None, seed: int | None = None,
+           on_trial: Progress | None = None) -> SearchResult:
+    """Search the templates' spaces for the fastest correct kernel of `problem`."""
+    if trials is None and timeout is None:
+        raise ValueError("give trials, timeout or both: the search needs a budget")
+    start = time.monotonic()
+    valid = [c for t in templates for c in load_space(t).configs(problem, gpu.limits)]
+    if not valid:
+        raise ValueError(f"no config of {', '.join(templates)} is valid for {problem} here")
+    name = study_name(problem, templates, checks, gpu)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name=name, storage=storage, direction="minimize",
+                                sampler=make_sampler(sampler, seed), load_if_exists=True)
+    rng = np.random.default_rng(seed)
+    if not study.trials:  # a new study: try the known-good configs first
+        for template in templates:
+            for config in load_space(template).seed_configs(problem, gpu.limits):
+                study.enqueue_trial(_trial_params(config, templates))
+    grid = iter(valid) if sampler == "grid" else None
+    result = SearchResult(problem, None, 0, 0, study_name=name)
+    idle = 0
+    while True:
+        history = _history(study)
+        result.study_trials = len(history)
+        if trials is not None and len(history) >= trials:
+            break
+        if timeout is not None and time.monotonic() - start >= timeout:
+            break
+        if len(history) >= len(valid):
+            break  # the whole space is measured
+        if grid is not None or idle >= MAX_IDLE_ASKS:
+            # Choose an unmeasured valid config ourselves: in order for grid, at random
+            # when the sampler keeps proposing invalid or measured points.
+            pool = grid if grid is not None else iter(rng.permutation(len(valid)).tolist())
+            for item in pool:
+                config = item if grid is not None else valid[item]
+                if str(config) not in history:
+                    study.enqueue_trial(_trial_params(config, templates))
+                    break
+            idle = 0
+        trial = study.ask()
+        config = _config_from_trial(trial, templates)
+        reason = load_space(config.template).why_invalid(config, problem, gpu.limits)
+        if reason:
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            idle += 1
+            continue
+        if str(config) in history or _running_elsewhere(study, trial, config):
+            _tell(study, trial, history.get(str(config)))
+            idle += 1
+            continue
+        idle = 0
+        best_s = result.best.measurement.median_s if result.best else None
+        outcome = evaluate(config, problem, gpu, checks=checks, seed=seed,
+                           max_dispatch_s=max(1.0, 50 * best_s) if best_s else None)
+        _record(trial, outcome)
+        _tell(study, trial, outcome.measurement.median_s if outcome.ok else None)
+        result.measured += 1
+        if not outcome.ok:
+            result.failures[outcome.reason] += 1
+        elif result.best is None or outcome.measurement.median_s < best_s:
+            result.best = outcome
+        if on_trial:
+            on_trial({"outcome": outcome, "result": result, "elapsed": time.monotonic() - start})
+    result.study_trials = len(_history(study))
+    result.best = _study_best(study, result.best)
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def _history(study: optuna.Study) -> dict[str, float | None]:
+    """config text -> seconds (None if it failed), over the study's measured trials."""
+    history = {}
+    for trial in study.get_trials(deepcopy=False):
+        config = trial.user_attrs.get("config")
+        if config is None:
+            continue
+        if trial.state == optuna.trial.TrialState.COMPLETE:
+            history[config] = trial.value
+        elif trial.state == optuna.trial.TrialState.FAIL:
+            history.setdefault(config, None)
+    return history
+
+
+def _running_elsewhere(study, trial, config: Config) -> bool:
+    """True when another process is measuring this config right now (shared storage)."""
+    for other in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        if other.number != trial.number and other.user_attrs.get("config") == str(config):
+            return True
+    return False
+
+
+def _record(trial: optuna.Trial, outcome: Outcome) -> None:
+    trial.set_user_attr("config", str(outcome.config))
+    trial.set_user_attr("template", outcome.config.template)
+    trial.set_user_attr("params", outcome.config.as_dict())
+    trial.set_user_attr("reason", outcome.reason)
+    trial.set_user_attr("compile_s", outcome.compile_s)
+    if outcome.detail:
+        trial.set_user_attr("detail", outcome.detail)
+    if outcome.ok:
+        m = outcome.measurement
+        trial.set_user_attr("measurement", {
+            "median_s": m.median_s, "p20_s": m.p20_s, "p80_s": m.p80_s, "method": m.method,
+            "repeats": m.repeats, "passes": m.passes, "wall_median_s": m.wall_median_s,
+        })
+        trial.set_user_attr("error", outcome.error)
+
+
+def _tell(study, trial, seconds: float | None) -> None:
+    if seconds is None:
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    else:
+        study.tell(trial, seconds)
+
+
+def _study_best(study: optuna.Study, own: Outcome | None) -> Outcome | None:
+    """The best measured trial of the whole study (other processes' included)."""
+    complete = [t for t in study.get_trials(deepcopy=False,
+                                            states=(optuna.trial.TrialState.COMPLETE,))
+                if "measurement" in t.user_attrs]
+    if not complete:
+        return own
+    trial = min(complete, key=lambda t: t.value)
+    if own is not None and own.measurement.median_s <= trial.value:
+        return own
+    m = trial.user_attrs["measurement"]
+    config = Config.make(trial.user_attrs["template"], trial.user_attrs["params"])
+    return Outcome(config, Measurement(passes=int(m["passes"]), repeats=int(m["repeats"]),
+                                       median_s=m["median_s"], p20_s=m["p20_s"],
+                                       p80_s=m["p80_s"], method=m["method"],
+                                       wall_median_s=m["wall_median_s"]),
+                   error=float(trial.user_attrs.get("error", math.nan)),
+                   compile_s=float(trial.user_attrs.get("compile_s", 0.0)))

@@ -1,0 +1,129 @@
+"""Tune: search a problem, measure the tutorial baseline, keep the best in the cache.
+
+The cache is written each time the search finds a new best, not only at the end, so a
+killed tune keeps every result it had finished.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+
+from . import cache
+from .device import Gpu, get_gpu, versions
+from .kernel import check_fits
+from .problem import Problem
+from .search import SAMPLERS, Outcome, SearchResult, evaluate, search
+from .space import load_space, template_names
+
+TEMPLATES = ("blocked", "tiled", "naive")
+BASELINE_TEMPLATE = "tiled"  # its first seed is the tutorial 16x16 kernel
+
+
+class TuneError(ValueError):
+    """A bad tuning argument; `field` names it (e.g. "storage")."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass
+class TuneResult:
+    problem: Problem
+    checks: bool
+    entry: cache.Entry | None  # the best verified kernel, as stored in the cache
+    search: SearchResult
+    baseline: Outcome | None  # the tutorial tiled 16x16 kernel on this device
+    cache_path: Path
+
+
+def check_templates(templates: Sequence[str] | None) -> tuple[str, ...]:
+    if not templates:
+        return TEMPLATES
+    known = template_names()
+    for name in templates:
+        if name not in known:
+            raise TuneError("template", f"template {name!r} is unknown; known: {', '.join(known)}")
+    return tuple(dict.fromkeys(templates))
+
+
+def check_storage(storage: str | None):
+    """Open an Optuna storage URL now, so a bad one fails before any tuning."""
+    if storage is None:
+        return None
+    try:
+        return optuna.storages.get_storage(storage)
+    except Exception as error:
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise TuneError("storage", f"storage {storage!r} cannot be opened: {message}") from None
+
+
+def check_budget(trials: int | None, timeout: float | None) -> None:
+    if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int)
+                               or trials < 1):
+        raise TuneError("trials", f"trials must be an integer >= 1, got {trials!r}")
+    if timeout is not None and not (isinstance(timeout, int | float) and timeout > 0):
+        raise TuneError("timeout", f"timeout must be a number of seconds > 0, got {timeout!r}")
+    if trials is None and timeout is None:
+        raise TuneError("trials", "give trials, timeout or both")
+
+
+def baseline(problem: Problem, gpu: Gpu, checks: bool) -> Outcome | None:
+    seeds = load_space(BASELINE_TEMPLATE).seed_configs(problem, gpu.limits)
+    return evaluate(seeds[0], problem, gpu, checks=checks) if seeds else None
+
+
+def tune(M: int, N: int, K: int, dtype: str = "f32", *, trials: int | None = 30,
+         timeout: float | None = None, templates: Sequence[str] | None = None,
+         checks: bool = True, sampler: str = "tpe", storage: str | None = None,
+         cache_dir: str | Path | None = None, seed: int | None = None, gpu: Gpu | None = None,
+         on_trial=None) -> TuneResult:
+    """Find the fastest correct kernel for this problem on this device and cache it."""
+    problem = Problem(M, N, K, dtype)
+    templates = check_templates(templates)
+    check_budget(trials, timeout)
+    if sampler not in SAMPLERS:
+        raise TuneError("sampler", f"sampler {sampler!r} is unknown; known: {', '.join(SAMPLERS)}")
+    storage_object = check_storage(storage)
+    gpu = gpu or get_gpu()
+    check_fits(problem, gpu)
+    store = cache.DeviceCache(cache_dir or cache.default_cache_dir(),
+                              gpu.fingerprint.as_dict(), versions())
+    base = baseline(problem, gpu, checks)
+    base_s = base.measurement.median_s if base and base.ok else None
+
+    def entry_for(outcome: Outcome, result: SearchResult) -> cache.Entry:
+        m = outcome.measurement
+        return cache.Entry(
+            key=cache.Key.of(problem, outcome.config.template, checks),
+            params=outcome.config.as_dict(), median_s=m.median_s, p20_s=m.p20_s, p80_s=m.p80_s,
+            method=m.method, gflops=m.gflops(problem.flops), error=outcome.error,
+            baseline_s=base_s, trials=result.study_trials, failures=dict(result.failures),
+            tuning_s=result.seconds, date=cache.today())
+
+    best_stored: list[float] = []
+
+    def save_new_best(event: dict) -> None:
+        outcome, result = event["outcome"], event["result"]
+        if outcome.ok and outcome is result.best:
+            store.put(entry_for(outcome, result))
+            best_stored.append(outcome.measurement.median_s)
+        if on_trial:
+            on_trial(event)
+
+    result = search(problem, gpu, templates=templates, trials=trials, timeout=timeout,
+                    checks=checks, sampler=sampler, storage=storage_object, seed=seed,
+                    on_trial=save_new_best)
+    entry = None
+    if result.best is not None:
+        entry = entry_for(result.best, result)
+        store.put(entry)
+        entry = store.best(problem, checks) or entry
+    from .lookup import forget  # the in-process lookup memo must see the new entry
+
+    forget()
+    return TuneResult(problem, checks, entry, result, base, store.path)
