@@ -1,16 +1,23 @@
-"""Where the data folders are: next to the package in a checkout, inside it when installed."""
+"""Where the data folders are: next to the package in a checkout, inside it when installed.
+
+AUTOTUNE_TEMPLATE_PATH adds folders of one's own templates (os.pathsep-separated), each
+holding NAME.wgsl.j2 and its search space NAME.toml side by side. They may include the
+built-in `_bindings.wgsl.j2`; they may not shadow a built-in template.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
+TEMPLATE_PATH_ENV = "AUTOTUNE_TEMPLATE_PATH"
 
 
 def data_path(name: str) -> Path:
     """templates/, search_spaces/ or cache/: the checkout's copy if there, else the wheel's."""
     checkout = PACKAGE.parent / name
-    if checkout.is_dir() and (PACKAGE.parent / "pyproject.toml").is_file():
+    if in_checkout():
         return checkout
     return PACKAGE / name
 
@@ -18,3 +25,23 @@ def data_path(name: str) -> Path:
 def in_checkout() -> bool:
     """True when running from a source checkout (editable install or plain PYTHONPATH)."""
     return (PACKAGE.parent / "pyproject.toml").is_file() and (PACKAGE.parent / "templates").is_dir()
+
+
+def extra_template_folders() -> list[Path]:
+    value = os.environ.get(TEMPLATE_PATH_ENV, "")
+    return [Path(p) for p in value.split(os.pathsep) if p]
+
+
+def template_sources() -> dict[str, tuple[Path, Path]]:
+    """Template name -> (its .wgsl.j2 file, its search-space .toml file)."""
+    sources = {}
+    spaces = data_path("search_spaces")
+    for space in sorted(spaces.glob("*.toml")):
+        name = space.name.removesuffix(".toml")
+        sources[name] = (data_path("templates") / f"{name}.wgsl.j2", space)
+    for folder in extra_template_folders():
+        for space in sorted(folder.glob("*.toml")):
+            name = space.name.removesuffix(".toml")
+            if name.isidentifier() and name not in sources:
+                sources[name] = (folder / f"{name}.wgsl.j2", space)
+    return sources

@@ -34,7 +34,7 @@ def check_size(name: str, value: object) -> int:
 def check_dtype(dtype: object) -> str:
     """Map a dtype given by name or NumPy type to its name ("f32"), or raise."""
     for name, (np_type, _) in DTYPES.items():
-        if dtype == name or (not isinstance(dtype, str) and _same_numpy_type(dtype, np_type)):
+        if dtype == name or (dtype not in DTYPES and _same_numpy_type(dtype, np_type)):
             return name
     raise ProblemError(f"dtype {dtype!r} is not supported; supported: {', '.join(DTYPES)}")
 
@@ -42,7 +42,7 @@ def check_dtype(dtype: object) -> str:
 def _same_numpy_type(dtype: object, np_type: type) -> bool:
     try:
         return np.dtype(dtype) == np.dtype(np_type)
-    except TypeError:
+    except (TypeError, ValueError):
         return False
 
 

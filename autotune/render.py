@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import jinja2
 
-from .data import data_path
+from .data import data_path, extra_template_folders, template_sources
 from .problem import Problem
 from .space import Config, load_space
 
@@ -48,10 +48,15 @@ class Shader:
         return x * y * z
 
 
-@functools.cache
 def _environment() -> jinja2.Environment:
+    folders = (data_path("templates"), *extra_template_folders())
+    return _environment_for(tuple(str(f) for f in folders))
+
+
+@functools.cache
+def _environment_for(folders: tuple[str, ...]) -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(data_path("templates"))),
+        loader=jinja2.FileSystemLoader(list(folders)),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
@@ -59,12 +64,12 @@ def _environment() -> jinja2.Environment:
 
 
 def template_hash(template: str) -> str:
-    """Hash of a template's text and the files it includes: part of every cache key."""
+    """Hash of a template's text, the files it can include, and its search space: part of
+    every cache key, so an edited template is never served from an old entry."""
+    wgsl, space = template_sources()[template]
     digest = hashlib.sha256()
-    folder = data_path("templates")
-    for path in [folder / f"{template}.wgsl.j2", *sorted(folder.glob("_*.wgsl.j2"))]:
+    for path in [wgsl, space, *sorted(data_path("templates").glob("_*.wgsl.j2"))]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    digest.update((data_path("search_spaces") / f"{template}.toml").read_bytes())
     return digest.hexdigest()[:16]
 
 

@@ -20,8 +20,9 @@ import operator
 import tomllib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from .data import data_path
+from .data import template_sources
 from .problem import Problem
 
 # Derived quantity -> the adapter limit it must not exceed.
@@ -299,14 +300,17 @@ def _problem_env(problem: Problem) -> dict[str, int]:
 
 
 def template_names() -> list[str]:
-    return sorted(p.name.removesuffix(".toml") for p in data_path("search_spaces").glob("*.toml"))
+    return sorted(template_sources())
+
+
+def load_space(template: str) -> Space:
+    """The search space of `template`, from its TOML file (search_spaces/TEMPLATE.toml)."""
+    sources = template_sources()
+    if template not in sources:
+        raise SpaceError(f"template {template!r} is unknown; known: {', '.join(sorted(sources))}")
+    return _load_space(template, sources[template][1])
 
 
 @functools.cache
-def load_space(template: str) -> Space:
-    """The search space of `template`, from search_spaces/TEMPLATE.toml."""
-    names = template_names()
-    if template not in names:
-        raise SpaceError(f"template {template!r} is unknown; known: {', '.join(names)}")
-    path = data_path("search_spaces") / f"{template}.toml"
+def _load_space(template: str, path: Path) -> Space:
     return Space.from_toml(path.read_text(), template)

@@ -1,0 +1,81 @@
+"""Every template computes C = A @ B correctly on every kind of shape, on the real adapter."""
+
+import random
+
+import numpy as np
+import pytest
+
+from autotune.compile import CompileError, compile_shader, create_pipeline
+from autotune.kernel import dispatch
+from autotune.problem import Problem
+from autotune.render import render
+from autotune.space import load_space
+from autotune.verify import verify
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [
+    Problem(1, 1, 1),
+    Problem(367, 367, 367),     # prime: no tile divides it
+    Problem(127, 129, 63),      # one less / one more than common tiles
+    Problem(65, 31, 33),
+    Problem(1, 333, 257),       # a vector times a matrix
+    Problem(8, 12, 3001),       # K much larger than M and N
+    Problem(200, 40, 64),       # non-square
+    Problem(1000, 17, 999),
+    Problem(96, 128, 260),      # multiples of 4: vector loads
+]
+
+
+@pytest.mark.parametrize("problem", SHAPES, ids=str)
+@pytest.mark.parametrize("template", ["naive", "tiled", "blocked"])
+def test_seed_configs_are_correct_in_both_check_modes(gpu, template, problem):
+    configs = load_space(template).seed_configs(problem, gpu.limits)
+    assert configs, f"no seed of {template} fits {problem}"
+    for config in configs:
+        for checks in (True, False):
+            verdict = verify(compile_shader(render(config, problem), gpu, checks=checks), gpu)
+            assert verdict.ok, f"{config} checks={checks}: {verdict.reason}"
+
+
+@pytest.mark.parametrize("problem", [Problem(130, 68, 36), Problem(67, 45, 37), Problem(3, 260, 8)],
+                         ids=str)
+@pytest.mark.parametrize("template", ["naive", "tiled", "blocked"])
+def test_sampled_valid_configs_compile_and_are_correct(gpu, template, problem):
+    """The search space's promise: whatever it calls valid compiles and computes right."""
+    configs = load_space(template).configs(problem, gpu.limits)
+    for config in random.Random(1).sample(configs, min(12, len(configs))):
+        compiled = compile_shader(render(config, problem), gpu, checks=False)
+        verdict = verify(compiled, gpu)
+        assert verdict.ok, f"{config}: {verdict.reason}"
+
+
+def test_configs_declared_invalid_by_limits_are_the_ones_wgpu_refuses(gpu):
+    """Configs outside the device's limits are refused by wgpu itself, and ours agree."""
+    space = load_space("blocked")
+    problem = Problem(256, 256, 256)
+    inside = set(space.configs(problem, gpu.limits))
+    outside = [c for c in space.configs(problem, None) if c not in inside]
+    assert outside, "this adapter's limits exclude nothing: the test needs a smaller device"
+    for config in random.Random(2).sample(outside, min(6, len(outside))):
+        reason = space.why_invalid(config, problem, gpu.limits)
+        assert reason.startswith("limit ")
+        with pytest.raises(CompileError):
+            create_pipeline(render(config, problem), gpu)
+        with pytest.raises(CompileError) as refused:
+            compile_shader(render(config, problem), gpu)
+        assert refused.value.reason == "limits"
+    for config in random.Random(3).sample(sorted(inside), 4):
+        assert verify(create_pipeline(render(config, problem), gpu), gpu).ok
+
+
+def test_output_is_fully_overwritten(gpu):
+    """C starts as NaN in verification; here as garbage: the result must not depend on it."""
+    problem = Problem(45, 37, 29)
+    config = load_space("blocked").seed_configs(problem, gpu.limits)[0]
+    compiled = compile_shader(render(config, problem), gpu)
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((45, 29)).astype(np.float32)
+    B = rng.standard_normal((29, 37)).astype(np.float32)
+    np.testing.assert_allclose(dispatch(compiled, gpu, A, B, fill=1e30), A @ B, rtol=1e-4,
+                               atol=1e-4)

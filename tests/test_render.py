@@ -1,0 +1,53 @@
+import random
+
+import jinja2
+import pytest
+
+from autotune.problem import Problem
+from autotune.render import render, template_hash
+from autotune.space import Config, load_space
+
+
+@pytest.mark.parametrize("template", ["naive", "tiled", "blocked"])
+def test_render_sampled_configs_leaves_no_jinja(template):
+    problem = Problem(130, 68, 36)
+    configs = load_space(template).configs(problem)
+    for config in random.Random(0).sample(configs, min(25, len(configs))):
+        shader = render(config, problem)
+        assert "{{" not in shader.wgsl and "{%" not in shader.wgsl and "}}" not in shader.wgsl
+        assert "@compute" in shader.wgsl and "fn main" in shader.wgsl
+        assert shader.dispatch[0] * shader.workgroup_size[0] >= 1
+
+
+def test_blocked_register_tile_is_unrolled_into_variables():
+    config = Config.make("blocked", dict(VEC=4, BM=64, TM=4, BN=64, TN=8, BK=16, PAD=0, UNROLL=1))
+    wgsl = render(config, Problem(256, 256, 256)).wgsl
+    assert "var acc3_1 = vec4<f32>(0.0);" in wgsl  # 4 rows x 2 vec4 = 8 accumulators
+    assert "acc4_" not in wgsl and "array<vec4<f32>, 8>" not in wgsl
+    rolled = render(Config.make("blocked", dict(config.as_dict(), UNROLL=0)), Problem(256, 256, 256))
+    assert "for (var kv = 0u; kv < BKV; kv++)" in rolled.wgsl and len(rolled.wgsl) < len(wgsl)
+
+
+def test_invalid_config_is_refused_before_rendering():
+    config = Config.make("blocked", dict(VEC=4, BM=64, TM=4, BN=64, TN=8, BK=16, PAD=0, UNROLL=1))
+    with pytest.raises(ValueError, match="vec_divides_n"):
+        render(config, Problem(64, 63, 64))
+
+
+def test_missing_parameter_fails_loudly(tmp_path, monkeypatch):
+    (tmp_path / "partial.wgsl.j2").write_text("const X = {{ NOT_DEFINED }};\n")
+    (tmp_path / "partial.toml").write_text(
+        "[params]\nX = [1]\n[derived]\ninvocations='1'\nworkgroup_size_x='1'\n"
+        "workgroup_size_y='1'\nworkgroup_storage='0'\ngrid_x='1'\ngrid_y='1'\n")
+    monkeypatch.setenv("AUTOTUNE_TEMPLATE_PATH", str(tmp_path))
+    with pytest.raises(jinja2.UndefinedError, match="NOT_DEFINED"):
+        render(Config.make("partial", {"X": 1}), Problem(1, 1, 1))
+
+
+def test_template_hash_changes_with_the_template(tmp_path, monkeypatch):
+    (tmp_path / "mine.wgsl.j2").write_text("// one\n")
+    (tmp_path / "mine.toml").write_text("[params]\nX = [1]\n")
+    monkeypatch.setenv("AUTOTUNE_TEMPLATE_PATH", str(tmp_path))
+    before = template_hash("mine")
+    (tmp_path / "mine.wgsl.j2").write_text("// two\n")
+    assert template_hash("mine") != before

@@ -1,0 +1,96 @@
+import itertools
+
+import pytest
+
+from autotune.device import WEBGPU_DEFAULT_LIMITS
+from autotune.problem import Problem
+from autotune.space import LIMITED, Config, Space, SpaceError, compile_expression, load_space, template_names
+
+
+def brute_force(space: Space, problem, limits):
+    """Every raw combination that why_invalid accepts: the slow, obvious definition."""
+    names = list(space.params)
+    found = []
+    for values in itertools.product(*space.params.values()):
+        config = Config.make(space.template, dict(zip(names, values, strict=True)))
+        if space.why_invalid(config, problem, limits) is None:
+            found.append(config)
+    return sorted(found)
+
+
+@pytest.mark.parametrize("template", ["naive", "tiled", "blocked"])
+@pytest.mark.parametrize("problem", [Problem(1024, 1024, 1024), Problem(1, 17, 999),
+                                     Problem(367, 367, 367), Problem(64, 4096, 6)])
+def test_enumeration_is_exactly_the_valid_set(template, problem):
+    space = load_space(template)
+    assert sorted(space.configs(problem, WEBGPU_DEFAULT_LIMITS)) == brute_force(
+        space, problem, WEBGPU_DEFAULT_LIMITS)
+
+
+def test_space_sizes_for_1024_cubed():
+    problem = Problem(1024, 1024, 1024)
+    sizes = {t: len(load_space(t).configs(problem, WEBGPU_DEFAULT_LIMITS)) for t in template_names()}
+    assert sizes["naive"] > 10 and sizes["tiled"] > 20 and sizes["blocked"] > 1000
+
+
+def test_limits_shrink_the_space_and_are_named():
+    space = load_space("blocked")
+    problem = Problem(1024, 1024, 1024)
+    small = dict(WEBGPU_DEFAULT_LIMITS, **{"max-compute-workgroup-storage-size": 4096})
+    assert len(space.configs(problem, small)) < len(space.configs(problem, WEBGPU_DEFAULT_LIMITS))
+    big = Config.make("blocked", dict(VEC=4, BM=128, TM=8, BN=128, TN=8, BK=32, PAD=0, UNROLL=1))
+    assert "max-compute-workgroup-storage-size" in space.why_invalid(big, problem, small)
+
+
+def test_needs_are_derived_per_config():
+    space = load_space("tiled")
+    config = Config.make("tiled", dict(TX=16, TY=16, TK=16, PAD=1))
+    values = space.context(config, Problem(100, 100, 100))
+    assert values["invocations"] == 256
+    assert values["workgroup_storage"] == 4 * (16 * 17 + 16 * 17)
+    assert (values["grid_x"], values["grid_y"]) == (7, 7)
+
+
+def test_vector_width_must_divide_n_and_k():
+    space = load_space("blocked")
+    for problem in (Problem(64, 63, 64), Problem(64, 64, 66)):
+        assert all(problem.K % c["VEC"] == 0 and problem.N % c["VEC"] == 0
+                   for c in space.configs(problem))
+    assert {c["VEC"] for c in space.configs(Problem(64, 64, 66))} == {1, 2}
+
+
+def test_every_space_has_a_valid_seed_for_tiny_and_ragged_shapes():
+    for problem in (Problem(1, 1, 1), Problem(1, 4097, 3), Problem(999, 1, 1)):
+        assert load_space("blocked").seed_configs(problem, WEBGPU_DEFAULT_LIMITS)
+        assert load_space("naive").seed_configs(problem, WEBGPU_DEFAULT_LIMITS)
+
+
+@pytest.mark.parametrize("text", ["__import__('os')", "M.real", "open('x')", "[M]", "M if N else K",
+                                  "lambda: 1", "M ** 2", "'text'", "x" * 600])
+def test_expressions_refuse_anything_but_integer_arithmetic(text):
+    with pytest.raises(SpaceError):
+        compile_expression(text)
+
+
+def test_expressions_compute():
+    function, reads = compile_expression("cdiv(M, 16) * 2 + max(N, 3) % 5 - (K >= 2 and not 0)")
+    assert reads == {"M", "N", "K"}
+    assert function({"M": 17, "N": 9, "K": 2}) == 2 * 2 + 9 % 5 - 1
+
+
+@pytest.mark.parametrize("text, words", [
+    ("[params]\nX = [1]\n", "must derive"),
+    ("[params]\nM = [1]\n", "bad parameter name"),
+    ("[params]\nX = ['a']\n", "must list integers"),
+    ("[params]\nX = [1]\n[derived]\n" + "\n".join(f"{n} = '1'" for n in LIMITED)
+     + "\n[constraints]\nc = 'Y > 1'\n", "reads"),
+    ("not toml = = 1", "search space"),
+])
+def test_malformed_space_files_are_refused(text, words):
+    with pytest.raises(SpaceError, match=words):
+        Space.from_toml(text, "bad")
+
+
+def test_unknown_template():
+    with pytest.raises(SpaceError, match="known: blocked, naive, tiled"):
+        load_space("../etc/passwd")
