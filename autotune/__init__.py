@@ -1,9 +1,9 @@
 """autotune: WGSL GEMM kernels generated from templates and tuned on the real GPU.
 
-    import numpy as np, autotune
-    C = autotune.matmul(A, B)                     # best known kernel for the shape
-    kernel = autotune.lookup(M, N, K)             # .wgsl, .config, .source, callable
-    result = autotune.tune(M, N, K, trials=30)    # search, verify, time, cache
+import numpy as np, autotune
+C = autotune.matmul(A, B)                     # best known kernel for the shape
+kernel = autotune.lookup(M, N, K)             # .wgsl, .config, .source, callable
+result = autotune.tune(M, N, K, trials=30)    # search, verify, time, cache
 """
 
 from .device import Gpu, NoAdapterError, get_gpu
@@ -14,7 +14,17 @@ from .space import Config
 from .tune import TuneError, TuneResult, tune
 
 __all__ = [
-    "Config", "Gpu", "Kernel", "NoAdapterError", "Problem", "ProblemError", "TuneError",
-    "TuneResult", "get_gpu", "lookup", "matmul", "tune",
+    "Config",
+    "Gpu",
+    "Kernel",
+    "NoAdapterError",
+    "Problem",
+    "ProblemError",
+    "TuneError",
+    "TuneResult",
+    "get_gpu",
+    "lookup",
+    "matmul",
+    "tune",
 ]
 __version__ = "0.1.0"

@@ -63,31 +63,56 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def shape_options(command, many: bool):
-        command.add_argument("--shape", action="append" if many else "store", required=True,
-                             type=_shape, metavar="MxNxK",
-                             help="problem size: C (MxN) = A (MxK) @ B (KxN)"
-                             + (" (repeatable)" if many else ""))
-        command.add_argument("--dtype", default="f32", choices=list(DTYPES),
-                             help="element type (default f32)")
-        command.add_argument("--checks", default="on", choices=["on", "off"],
-                             help="wgpu runtime bounds checks in the shader, as browsers "
-                             "have them (on, default) or not (off)")
-        command.add_argument("--cache", metavar="DIR",
-                             help="cache folder (default: $AUTOTUNE_CACHE, or cache/ in "
-                             "a checkout, or the user's cache folder)")
+        command.add_argument(
+            "--shape",
+            action="append" if many else "store",
+            required=True,
+            type=_shape,
+            metavar="MxNxK",
+            help="problem size: C (MxN) = A (MxK) @ B (KxN)" + (" (repeatable)" if many else ""),
+        )
+        command.add_argument(
+            "--dtype", default="f32", choices=list(DTYPES), help="element type (default f32)"
+        )
+        command.add_argument(
+            "--checks",
+            default="on",
+            choices=["on", "off"],
+            help="wgpu runtime bounds checks in the shader, as browsers "
+            "have them (on, default) or not (off)",
+        )
+        command.add_argument(
+            "--cache",
+            metavar="DIR",
+            help="cache folder (default: $AUTOTUNE_CACHE, or cache/ in "
+            "a checkout, or the user's cache folder)",
+        )
 
     tune = commands.add_parser("tune", help="search, verify and time kernels; cache the best")
     shape_options(tune, many=True)
-    tune.add_argument("--trials", type=_positive_int, default=None,
-                      help="measured trials per shape (default 30 unless --timeout is given)")
-    tune.add_argument("--timeout", type=_positive_float, default=None,
-                      help="seconds of search per shape")
-    tune.add_argument("--template", action="append", choices=template_names(),
-                      help="template(s) to search (default: all)")
-    tune.add_argument("--sampler", default="tpe", choices=list(SAMPLERS),
-                      help="Optuna sampler (default tpe)")
-    tune.add_argument("--storage", metavar="URL",
-                      help="Optuna storage, e.g. sqlite:///study.db: resumable, shareable")
+    tune.add_argument(
+        "--trials",
+        type=_positive_int,
+        default=None,
+        help="measured trials per shape (default 30 unless --timeout is given)",
+    )
+    tune.add_argument(
+        "--timeout", type=_positive_float, default=None, help="seconds of search per shape"
+    )
+    tune.add_argument(
+        "--template",
+        action="append",
+        choices=template_names(),
+        help="template(s) to search (default: all)",
+    )
+    tune.add_argument(
+        "--sampler", default="tpe", choices=list(SAMPLERS), help="Optuna sampler (default tpe)"
+    )
+    tune.add_argument(
+        "--storage",
+        metavar="URL",
+        help="Optuna storage, e.g. sqlite:///study.db: resumable, shareable",
+    )
     tune.add_argument("--seed", type=int, default=None, help="sampler seed")
 
     lookup = commands.add_parser("lookup", help="the best known kernel for a shape")
@@ -96,14 +121,16 @@ def build_parser() -> argparse.ArgumentParser:
     lookup.add_argument("--wgsl", action="store_true", help="print the kernel's WGSL")
 
     commands.add_parser("devices", help="adapters: backend, features, limits, fingerprint")
-    demo = commands.add_parser("demo", help="render, verify and time each template's default "
-                               "kernel for one shape")
+    demo = commands.add_parser(
+        "demo", help="render, verify and time each template's default kernel for one shape"
+    )
     demo.add_argument("--shape", default="256x256x256", type=_shape, metavar="MxNxK")
     return parser
 
 
 def _problems(args) -> list:
-    shapes = args.shape if isinstance(args.shape, list) else [args.shape]
+    shape = getattr(args, "shape", None)
+    shapes = shape if isinstance(shape, list) else [shape] if shape else []
     try:
         return [parse_shape(s, args.dtype if hasattr(args, "dtype") else "f32") for s in shapes]
     except ProblemError as error:
@@ -111,7 +138,8 @@ def _problems(args) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    console = Console(stderr=False)
+    # Piped output (logs, CI) gets a wide console so the summary table is not folded.
+    console = Console() if sys.stdout.isatty() else Console(width=200)
     try:
         args = build_parser().parse_args(argv)
         problems = _problems(args)
@@ -143,10 +171,15 @@ def _tune(args, problems, console: Console) -> int:
     results = []
     for problem in problems:
         with Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(),
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
             TextColumn("{task.completed}/{task.total} trials"),
-            TextColumn("best {task.fields[best]}"), TextColumn("failed {task.fields[failed]}"),
-            TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False,
+            TextColumn("best {task.fields[best]}"),
+            TextColumn("failed {task.fields[failed]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
         ) as progress:
             task = progress.add_task(problem.shape, total=trials, best="-", failed=0)
 
@@ -154,16 +187,28 @@ def _tune(args, problems, console: Console) -> int:
                 result = event["result"]
                 best = result.best
                 progress.update(
-                    task, completed=result.study_trials, failed=sum(result.failures.values()),
+                    task,
+                    completed=result.study_trials,
+                    failed=sum(result.failures.values()),
                     best=f"{best.measurement.gflops(problem.flops):.1f} GFLOP/s" if best else "-",
                 )
 
             try:
-                result = tune(problem.M, problem.N, problem.K, problem.dtype, trials=trials,
-                              timeout=args.timeout, templates=args.template,
-                              checks=args.checks == "on", sampler=args.sampler,
-                              storage=args.storage, cache_dir=args.cache, seed=args.seed,
-                              on_trial=on_trial)
+                result = tune(
+                    problem.M,
+                    problem.N,
+                    problem.K,
+                    problem.dtype,
+                    trials=trials,
+                    timeout=args.timeout,
+                    templates=args.template,
+                    checks=args.checks == "on",
+                    sampler=args.sampler,
+                    storage=args.storage,
+                    cache_dir=args.cache,
+                    seed=args.seed,
+                    on_trial=on_trial,
+                )
             except TuneError as error:
                 raise UsageError(f"argument --{error.field}: {error}") from None
             except ProblemError as error:
@@ -179,8 +224,17 @@ def _tune(args, problems, console: Console) -> int:
 
 def _summary(results) -> Table:
     table = Table(title="autotune: best kernel per shape")
-    for column in ("shape", "template", "ms (spread)", "GFLOP/s", "tiled 16x16",
-                   "speed-up", "trials", "failures", "wall"):
+    for column in (
+        "shape",
+        "template",
+        "ms (spread)",
+        "GFLOP/s",
+        "tiled 16x16 GFLOP/s",
+        "speed-up",
+        "trials",
+        "failures",
+        "wall",
+    ):
         table.add_column(column, overflow="fold")
     for r in results:
         p, e = r.problem, r.entry
@@ -188,10 +242,14 @@ def _summary(results) -> Table:
         failures = ", ".join(f"{k} {v}" for k, v in sorted(r.search.failures.items())) or "0"
         row = [p.shape, "none found", "-", "-", "-", "-"]
         if e is not None:
-            row = [p.shape, e.key.template,
-                   f"{e.median_s * 1e3:.3g} ({(e.p80_s - e.p20_s) / e.median_s:.0%})",
-                   f"{e.gflops:.1f}", f"{p.flops / base.median_s / 1e9:.1f}" if base else "-",
-                   f"{base.median_s / e.median_s:.2f}x" if base else "-"]
+            row = [
+                p.shape,
+                e.key.template,
+                f"{e.median_s * 1e3:.3g} ({(e.p80_s - e.p20_s) / e.median_s:.0%})",
+                f"{e.gflops:.1f}",
+                f"{p.flops / base.median_s / 1e9:.1f}" if base else "-",
+                f"{base.median_s / e.median_s:.2f}x" if base else "-",
+            ]
         table.add_row(*row, str(r.search.study_trials), failures, f"{r.search.seconds:.0f} s")
     return table
 
@@ -205,15 +263,25 @@ def _lookup(args, problems, console: Console) -> int:
 
     problem = problems[0]
     try:
-        kernel = lookup(problem.M, problem.N, problem.K, problem.dtype,
-                        checks=args.checks == "on", cache_dir=args.cache)
+        kernel = lookup(
+            problem.M,
+            problem.N,
+            problem.K,
+            problem.dtype,
+            checks=args.checks == "on",
+            cache_dir=args.cache,
+        )
     except ProblemError as error:
         raise UsageError(f"argument --shape: {error}") from None
     entry = kernel.entry
     info = {
-        "shape": problem.shape, "dtype": problem.dtype, "source": kernel.source,
-        "checks": kernel.checks, "template": kernel.config.template,
-        "config": kernel.config.as_dict(), "device": kernel.gpu.summary,
+        "shape": problem.shape,
+        "dtype": problem.dtype,
+        "source": kernel.source,
+        "checks": kernel.checks,
+        "template": kernel.config.template,
+        "config": kernel.config.as_dict(),
+        "device": kernel.gpu.summary,
         "tuned_for": entry.key.problem.shape if entry else None,
         "median_s": entry.median_s if entry else None,
         "gflops": entry.gflops if entry else None,
@@ -238,8 +306,10 @@ def _devices(args, problems, console: Console) -> int:
         console.print(f"    features: {', '.join(sorted(adapter.features))}")
         limits = {k: adapter.limits[k] for k in device_module.COMPUTE_LIMITS}
         console.print(f"    limits: {json.dumps(limits)}")
-    console.print(f"* = used (set {device_module.ADAPTER_ENV} to choose); "
-                  f"versions: {device_module.versions()}")
+    console.print(
+        f"* = used (set {device_module.ADAPTER_ENV} to choose); "
+        f"versions: {device_module.versions()}"
+    )
     return 0
 
 
@@ -266,10 +336,14 @@ def _demo(args, problems, console: Console) -> int:
         verdict = verify(compiled, gpu)
         start = time.perf_counter()
         gflops = measure(compiled, gpu).gflops(problem.flops) if verdict.ok else float("nan")
-        table.add_row(template, str(seeds[0]), str(len(shader.wgsl.splitlines())),
-                      f"{compiled.seconds * 1e3:.0f} ms",
-                      f"{verdict.error:.2g} ({'ok' if verdict.ok else 'WRONG'})",
-                      f"{gflops:.2f} ({time.perf_counter() - start:.1f} s)")
+        table.add_row(
+            template,
+            str(seeds[0]),
+            str(len(shader.wgsl.splitlines())),
+            f"{compiled.seconds * 1e3:.0f} ms",
+            f"{verdict.error:.2g} ({'ok' if verdict.ok else 'WRONG'})",
+            f"{gflops:.2f} ({time.perf_counter() - start:.1f} s)",
+        )
     console.print(table)
     return 0
 

@@ -65,13 +65,23 @@ class Key:
 
     @classmethod
     def of(cls, problem: Problem, template: str, checks: bool) -> Key:
-        return cls(template, template_hash(template), checks, problem.dtype, problem.layout,
-                   problem.M, problem.N, problem.K)
+        return cls(
+            template,
+            template_hash(template),
+            checks,
+            problem.dtype,
+            problem.layout,
+            problem.M,
+            problem.N,
+            problem.K,
+        )
 
     def __str__(self) -> str:
         checks = "checks" if self.checks else "nochecks"
-        return (f"{self.template}:{self.template_hash}:{checks}:{self.dtype}:{self.layout}:"
-                f"{self.M}x{self.N}x{self.K}")
+        return (
+            f"{self.template}:{self.template_hash}:{checks}:{self.dtype}:{self.layout}:"
+            f"{self.M}x{self.N}x{self.K}"
+        )
 
     @property
     def problem(self) -> Problem:
@@ -144,9 +154,16 @@ class Entry:
         trials = data.get("trials", 0)
         if type(trials) is not int or trials < 0:
             raise ValueError("trials must be an integer >= 0")
-        return cls(key=key, params=config.as_dict(), method=method, baseline_s=baseline,
-                   failures=dict(failures), trials=trials, date=str(data.get("date", ""))[:40],
-                   **numbers)
+        return cls(
+            key=key,
+            params=config.as_dict(),
+            method=method,
+            baseline_s=baseline,
+            failures=dict(failures),
+            trials=trials,
+            date=str(data.get("date", ""))[:40],
+            **numbers,
+        )
 
 
 def _parse_key(text: str) -> Key:
@@ -165,17 +182,28 @@ def _parse_key(text: str) -> Key:
         problem = Problem(*(int(s) for s in sizes), dtype=dtype, layout=layout)
     except ProblemError as error:
         raise ValueError(str(error)) from None
-    return Key(template, digest, checks == "checks", problem.dtype, problem.layout,
-               problem.M, problem.N, problem.K)
+    return Key(
+        template,
+        digest,
+        checks == "checks",
+        problem.dtype,
+        problem.layout,
+        problem.M,
+        problem.N,
+        problem.K,
+    )
 
 
 def device_file_name(fingerprint: dict, versions: dict) -> str:
     """<device-backend>-<hash of fingerprint, versions, schema>.json"""
-    identity = json.dumps({"fingerprint": fingerprint, "versions": versions, "schema": SCHEMA},
-                          sort_keys=True)
+    identity = json.dumps(
+        {"fingerprint": fingerprint, "versions": versions, "schema": SCHEMA}, sort_keys=True
+    )
     digest = hashlib.sha256(identity.encode()).hexdigest()[:12]
-    slug = "".join(c if c.isalnum() else "-" for c in
-                   f"{fingerprint.get('device', '')}-{fingerprint.get('backend', '')}".lower())
+    slug = "".join(
+        c if c.isalnum() else "-"
+        for c in f"{fingerprint.get('device', '')}-{fingerprint.get('backend', '')}".lower()
+    )
     return f"{slug.strip('-')[:60]}-{digest}.json"
 
 
@@ -198,8 +226,11 @@ class DeviceCache:
             try:
                 entry = Entry.from_json(text_key, value)
             except (ValueError, SpaceError) as error:
-                warnings.warn(f"{self.path}: entry {text_key[:80]!r} ignored: {error}",
-                              CacheWarning, stacklevel=2)
+                warnings.warn(
+                    f"{self.path}: entry {text_key[:80]!r} ignored: {error}",
+                    CacheWarning,
+                    stacklevel=2,
+                )
                 continue
             if entry.key.template_hash == template_hash(entry.key.template):
                 entries[text_key] = entry
@@ -210,8 +241,11 @@ class DeviceCache:
 
     def best(self, problem: Problem, checks: bool) -> Entry | None:
         """The fastest entry over all templates for this exact problem and mode."""
-        matching = [e for e in self.entries().values()
-                    if e.key.problem == problem and e.key.checks == checks]
+        matching = [
+            e
+            for e in self.entries().values()
+            if e.key.problem == problem and e.key.checks == checks
+        ]
         return min(matching, key=lambda e: e.median_s, default=None)
 
     def _load(self) -> dict:
@@ -259,8 +293,12 @@ class DeviceCache:
             if isinstance(old, dict) and _is_faster(old, entry):
                 return False
             entries[str(entry.key)] = entry.to_json()
-            data = {"schema": SCHEMA, "fingerprint": self.fingerprint,
-                    "versions": self.versions, "entries": dict(sorted(entries.items()))}
+            data = {
+                "schema": SCHEMA,
+                "fingerprint": self.fingerprint,
+                "versions": self.versions,
+                "entries": dict(sorted(entries.items())),
+            }
             self._write_atomic(data)
         return True
 

@@ -12,8 +12,16 @@ import functools
 import os
 from dataclasses import asdict, dataclass
 
-import wgpu
-from wgpu.backends.wgpu_native import _api as native
+# Mesa's Vulkan drivers print "error: XDG_RUNTIME_DIR is invalid" on every adapter probe
+# when the variable is unset (servers, CI); give them a private folder so they stay quiet.
+if not os.environ.get("XDG_RUNTIME_DIR"):
+    _runtime = f"/tmp/autotune-runtime-{os.getuid()}" if hasattr(os, "getuid") else ""
+    if _runtime:
+        os.makedirs(_runtime, mode=0o700, exist_ok=True)
+        os.environ["XDG_RUNTIME_DIR"] = _runtime
+
+import wgpu  # noqa: E402
+from wgpu.backends.wgpu_native import _api as native  # noqa: E402
 
 # The limits a GEMM kernel can run into; the device is requested with the adapter's
 # real values for these (wgpu would otherwise give WebGPU's small defaults).
@@ -157,9 +165,7 @@ class Gpu:
         """
         if checks:
             return self.device.create_shader_module(code=code, label=label)
-        source = native.new_struct_p(
-            "WGPUShaderSourceWGSL *", code=native.to_c_string_view(code)
-        )
+        source = native.new_struct_p("WGPUShaderSourceWGSL *", code=native.to_c_string_view(code))
         source[0].chain.next = native.ffi.NULL
         source[0].chain.sType = native.lib.WGPUSType_ShaderSourceWGSL
         descriptor = native.new_struct_p(

@@ -42,8 +42,11 @@ def check_operands(A: object, B: object) -> tuple[np.ndarray, np.ndarray, Proble
 def check_fits(problem: Problem, gpu: Gpu) -> None:
     """Raise ProblemError when a matrix of `problem` exceeds the device's buffer limits."""
     limit = min(gpu.limits["max-storage-buffer-binding-size"], gpu.limits["max-buffer-size"])
-    for name, rows, cols in (("A", problem.M, problem.K), ("B", problem.K, problem.N),
-                             ("C", problem.M, problem.N)):
+    for name, rows, cols in (
+        ("A", problem.M, problem.K),
+        ("B", problem.K, problem.N),
+        ("C", problem.M, problem.N),
+    ):
         size = rows * cols * problem.itemsize
         if size > limit:
             raise ProblemError(
@@ -118,8 +121,9 @@ class Bound:
         self.buffers.clear()
 
 
-def dispatch(compiled: Compiled, gpu: Gpu, A: np.ndarray, B: np.ndarray,
-             fill: float = np.nan) -> np.ndarray:
+def dispatch(
+    compiled: Compiled, gpu: Gpu, A: np.ndarray, B: np.ndarray, fill: float = np.nan
+) -> np.ndarray:
     """Compute C = A @ B with a compiled kernel; C starts filled with `fill`."""
     problem = compiled.shader.problem
     C = np.full((problem.M, problem.N), fill, dtype=problem.numpy_dtype)
@@ -138,8 +142,16 @@ class Kernel:
     (tuned for a nearby shape on this device) or "default" (a sound untuned config).
     """
 
-    def __init__(self, problem: Problem, config: Config, source: str, *,
-                 checks: bool = True, gpu: Gpu | None = None, entry: object = None):
+    def __init__(
+        self,
+        problem: Problem,
+        config: Config,
+        source: str,
+        *,
+        checks: bool = True,
+        gpu: Gpu | None = None,
+        entry: object = None,
+    ):
         self.problem = problem
         self.config = config
         self.source = source

@@ -83,8 +83,16 @@ def forget() -> None:
     _lookup.cache_clear()
 
 
-def lookup(M: int, N: int, K: int, dtype: str = "f32", *, checks: bool = True,
-           cache_dir: str | Path | None = None, gpu: Gpu | None = None) -> Kernel:
+def lookup(
+    M: int,
+    N: int,
+    K: int,
+    dtype: str = "f32",
+    *,
+    checks: bool = True,
+    cache_dir: str | Path | None = None,
+    gpu: Gpu | None = None,
+) -> Kernel:
     """The best known kernel for C = A @ B with A of M x K and B of K x N, on this device.
 
     `kernel.source` is "exact", "nearest" or "default"; call it with NumPy arrays.

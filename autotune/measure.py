@@ -96,9 +96,17 @@ class _PassTimer:
             self.resolved.destroy()
 
 
-def measure(compiled: Compiled, gpu: Gpu, *, min_pass_s: float = 0.005, passes: int = 7,
-            budget_s: float = 2.0, max_dispatch_s: float | None = None,
-            use_timestamps: bool | None = None, seed: int = 0) -> Measurement:
+def measure(
+    compiled: Compiled,
+    gpu: Gpu,
+    *,
+    min_pass_s: float = 0.005,
+    passes: int = 7,
+    budget_s: float = 2.0,
+    max_dispatch_s: float | None = None,
+    use_timestamps: bool | None = None,
+    seed: int = 0,
+) -> Measurement:
     """Time one dispatch of `compiled` on random data (see the module doc for the method).
 
     Slow kernels get fewer passes (at least 3) so one candidate costs about `budget_s`;

@@ -80,8 +80,10 @@ def render(config: Config, problem: Problem) -> Shader:
     if reason:
         raise ValueError(f"config {config} is invalid for {problem}: {reason}")
     values = space.context(config, problem)
-    wgsl = _environment().get_template(f"{config.template}.wgsl.j2").render(
-        elem=problem.wgsl_type, **values
+    wgsl = (
+        _environment()
+        .get_template(f"{config.template}.wgsl.j2")
+        .render(elem=problem.wgsl_type, **values)
     )
     return Shader(
         config=config,

@@ -15,6 +15,8 @@ a persistent storage resumes where it stopped, and several processes share one b
 from __future__ import annotations
 
 import math
+import os
+import socket
 import time
 import warnings
 from collections import Counter
@@ -51,8 +53,15 @@ class Outcome:
         return self.measurement is not None
 
 
-def evaluate(config: Config, problem: Problem, gpu: Gpu, *, checks: bool = True,
-             max_dispatch_s: float | None = None, seed: int | None = None) -> Outcome:
+def evaluate(
+    config: Config,
+    problem: Problem,
+    gpu: Gpu,
+    *,
+    checks: bool = True,
+    max_dispatch_s: float | None = None,
+    seed: int | None = None,
+) -> Outcome:
     """Render, compile, verify and (only if correct) time one config."""
     try:
         compiled = compile_shader(render(config, problem), gpu, checks=checks)
@@ -63,14 +72,23 @@ def evaluate(config: Config, problem: Problem, gpu: Gpu, *, checks: bool = True,
     try:
         verdict = verify(compiled, gpu, seed=seed)
         if not verdict.ok:
-            return Outcome(config, reason="wrong", detail=verdict.reason, error=verdict.error,
-                           compile_s=compiled.seconds)
+            return Outcome(
+                config,
+                reason="wrong",
+                detail=verdict.reason,
+                error=verdict.error,
+                compile_s=compiled.seconds,
+            )
         measurement = measure(compiled, gpu, max_dispatch_s=max_dispatch_s)
     except TooSlow as error:
         return Outcome(config, reason="timeout", detail=str(error), compile_s=compiled.seconds)
     except Exception as error:  # a driver or wgpu error while running: this trial only
-        return Outcome(config, reason="crashed", detail=f"{type(error).__name__}: {error}"[:500],
-                       compile_s=compiled.seconds)
+        return Outcome(
+            config,
+            reason="crashed",
+            detail=f"{type(error).__name__}: {error}"[:500],
+            compile_s=compiled.seconds,
+        )
     return Outcome(config, measurement, error=verdict.error, compile_s=compiled.seconds)
 
 
@@ -87,8 +105,14 @@ class SearchResult:
 
 def study_name(problem: Problem, templates: Sequence[str], checks: bool, gpu: Gpu) -> str:
     """One study per device, problem, template set (and their content) and check mode."""
-    parts = [gpu.fingerprint.slug, str(gpu.fingerprint.device_id), problem.shape, problem.dtype,
-             problem.layout, "checks" if checks else "nochecks"]
+    parts = [
+        gpu.fingerprint.slug,
+        str(gpu.fingerprint.device_id),
+        problem.shape,
+        problem.dtype,
+        problem.layout,
+        "checks" if checks else "nochecks",
+    ]
     parts += [f"{t}-{template_hash(t)}" for t in templates]
     return ":".join(parts)
 
@@ -99,19 +123,25 @@ def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
         # keeps processes sharing a study from proposing the same point at once.
         with warnings.catch_warnings():  # group and constant_liar are "experimental"
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
-                                              constant_liar=True, n_startup_trials=8)
+            return optuna.samplers.TPESampler(
+                seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=8
+            )
     if name in ("random", "grid"):  # grid: the tuner enqueues configs in order itself
         return optuna.samplers.RandomSampler(seed=seed)
     raise ValueError(f"sampler {name!r} is unknown; known: {', '.join(SAMPLERS)}")
 
 
 def _config_from_trial(trial: optuna.Trial, templates: Sequence[str]) -> Config:
-    template = (trial.suggest_categorical("template", list(templates))
-                if len(templates) > 1 else templates[0])
+    template = (
+        trial.suggest_categorical("template", list(templates))
+        if len(templates) > 1
+        else templates[0]
+    )
     space = load_space(template)
-    params = {name: trial.suggest_categorical(f"{template}.{name}", list(values))
-              for name, values in space.params.items()}
+    params = {
+        name: trial.suggest_categorical(f"{template}.{name}", list(values))
+        for name, values in space.params.items()
+    }
     return Config.make(template, params)
 
 
@@ -125,11 +155,26 @@ def _trial_params(config: Config, templates: Sequence[str]) -> dict:
 Progress = Callable[[dict], None]
 
 
-def search(problem: Problem, gpu: Gpu, *, templates: Sequence[str] = ("blocked",),
-           trials: int | None = 30, timeout: float | None = None, checks: bool = True,
-           sampler: str = "tpe", storage: str | None = None, seed: int | None = None,
-           on_trial: Progress | None = None) -> SearchResult:
-    """Search the templates' spaces for the fastest correct kernel of `problem`."""
+def search(
+    problem: Problem,
+    gpu: Gpu,
+    *,
+    templates: Sequence[str] = ("blocked",),
+    trials: int | None = 30,
+    timeout: float | None = None,
+    checks: bool = True,
+    sampler: str = "tpe",
+    storage=None,
+    seed: int | None = None,
+    max_dispatch_s: float | None = None,
+    on_trial: Progress | None = None,
+) -> SearchResult:
+    """Search the templates' spaces for the fastest correct kernel of `problem`.
+
+    `storage` is an Optuna storage (object or URL; None keeps the study in memory).
+    A candidate whose one dispatch takes longer than `max_dispatch_s` (default: 50x the
+    best so far, at least 1 s) is recorded as a timeout.
+    """
     if trials is None and timeout is None:
         raise ValueError("give trials, timeout or both: the search needs a budget")
     start = time.monotonic()
@@ -138,8 +183,14 @@ def search(problem: Problem, gpu: Gpu, *, templates: Sequence[str] = ("blocked",
         raise ValueError(f"no config of {', '.join(templates)} is valid for {problem} here")
     name = study_name(problem, templates, checks, gpu)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(study_name=name, storage=storage, direction="minimize",
-                                sampler=make_sampler(sampler, seed), load_if_exists=True)
+    study = optuna.create_study(
+        study_name=name,
+        storage=storage,
+        direction="minimize",
+        sampler=make_sampler(sampler, seed),
+        load_if_exists=True,
+    )
+    _fail_interrupted(study)
     rng = np.random.default_rng(seed)
     if not study.trials:  # a new study: try the known-good configs first
         for template in templates:
@@ -174,14 +225,23 @@ def search(problem: Problem, gpu: Gpu, *, templates: Sequence[str] = ("blocked",
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             idle += 1
             continue
-        if str(config) in history or _running_elsewhere(study, trial, config):
-            _tell(study, trial, history.get(str(config)))
+        if str(config) in history:  # measured before: its result, no GPU time
+            _tell(study, trial, history[str(config)])
+            idle += 1
+            continue
+        # Claim the config, then look again: of two processes that claimed the same
+        # config at once, the one with the later trial number backs off.
+        trial.set_user_attr("config", str(config))
+        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+        if _claimed_elsewhere(study, trial, config):
+            trial.set_user_attr("duplicate", True)
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
             idle += 1
             continue
         idle = 0
         best_s = result.best.measurement.median_s if result.best else None
-        outcome = evaluate(config, problem, gpu, checks=checks, seed=seed,
-                           max_dispatch_s=max(1.0, 50 * best_s) if best_s else None)
+        limit = max_dispatch_s or (max(1.0, 50 * best_s) if best_s else None)
+        outcome = evaluate(config, problem, gpu, checks=checks, seed=seed, max_dispatch_s=limit)
         _record(trial, outcome)
         _tell(study, trial, outcome.measurement.median_s if outcome.ok else None)
         result.measured += 1
@@ -202,7 +262,7 @@ def _history(study: optuna.Study) -> dict[str, float | None]:
     history = {}
     for trial in study.get_trials(deepcopy=False):
         config = trial.user_attrs.get("config")
-        if config is None:
+        if config is None or "interrupted" in trial.user_attrs or "duplicate" in trial.user_attrs:
             continue
         if trial.state == optuna.trial.TrialState.COMPLETE:
             history[config] = trial.value
@@ -211,10 +271,38 @@ def _history(study: optuna.Study) -> dict[str, float | None]:
     return history
 
 
-def _running_elsewhere(study, trial, config: Config) -> bool:
-    """True when another process is measuring this config right now (shared storage)."""
-    for other in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        if other.number != trial.number and other.user_attrs.get("config") == str(config):
+def _fail_interrupted(study: optuna.Study) -> None:
+    """Trials left RUNNING by a killed process of this machine: mark them interrupted
+    (failed, and not counted as measured) so their configs can be measured again."""
+    host = socket.gethostname()
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        worker = str(trial.user_attrs.get("worker", ""))
+        name, _, pid = worker.rpartition(":")
+        if name == host and pid.isdigit() and not _alive(int(pid)):
+            study._storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
+            study._storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return pid != os.getpid()
+
+
+def _claimed_elsewhere(study, trial, config: Config) -> bool:
+    """True when another trial holds this config: finished, or running with a lower number."""
+    for other in study.get_trials(deepcopy=False):
+        if (
+            other.number != trial.number
+            and other.user_attrs.get("config") == str(config)
+            and "interrupted" not in other.user_attrs
+            and "duplicate" not in other.user_attrs
+            and (other.state != optuna.trial.TrialState.RUNNING or other.number < trial.number)
+        ):
             return True
     return False
 
@@ -229,10 +317,18 @@ def _record(trial: optuna.Trial, outcome: Outcome) -> None:
         trial.set_user_attr("detail", outcome.detail)
     if outcome.ok:
         m = outcome.measurement
-        trial.set_user_attr("measurement", {
-            "median_s": m.median_s, "p20_s": m.p20_s, "p80_s": m.p80_s, "method": m.method,
-            "repeats": m.repeats, "passes": m.passes, "wall_median_s": m.wall_median_s,
-        })
+        trial.set_user_attr(
+            "measurement",
+            {
+                "median_s": m.median_s,
+                "p20_s": m.p20_s,
+                "p80_s": m.p80_s,
+                "method": m.method,
+                "repeats": m.repeats,
+                "passes": m.passes,
+                "wall_median_s": m.wall_median_s,
+            },
+        )
         trial.set_user_attr("error", outcome.error)
 
 
@@ -245,9 +341,11 @@ def _tell(study, trial, seconds: float | None) -> None:
 
 def _study_best(study: optuna.Study, own: Outcome | None) -> Outcome | None:
     """The best measured trial of the whole study (other processes' included)."""
-    complete = [t for t in study.get_trials(deepcopy=False,
-                                            states=(optuna.trial.TrialState.COMPLETE,))
-                if "measurement" in t.user_attrs]
+    complete = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        if "measurement" in t.user_attrs
+    ]
     if not complete:
         return own
     trial = min(complete, key=lambda t: t.value)
@@ -255,9 +353,17 @@ def _study_best(study: optuna.Study, own: Outcome | None) -> Outcome | None:
         return own
     m = trial.user_attrs["measurement"]
     config = Config.make(trial.user_attrs["template"], trial.user_attrs["params"])
-    return Outcome(config, Measurement(passes=int(m["passes"]), repeats=int(m["repeats"]),
-                                       median_s=m["median_s"], p20_s=m["p20_s"],
-                                       p80_s=m["p80_s"], method=m["method"],
-                                       wall_median_s=m["wall_median_s"]),
-                   error=float(trial.user_attrs.get("error", math.nan)),
-                   compile_s=float(trial.user_attrs.get("compile_s", 0.0)))
+    return Outcome(
+        config,
+        Measurement(
+            passes=int(m["passes"]),
+            repeats=int(m["repeats"]),
+            median_s=m["median_s"],
+            p20_s=m["p20_s"],
+            p80_s=m["p80_s"],
+            method=m["method"],
+            wall_median_s=m["wall_median_s"],
+        ),
+        error=float(trial.user_attrs.get("error", math.nan)),
+        compile_s=float(trial.user_attrs.get("compile_s", 0.0)),
+    )

@@ -105,8 +105,10 @@ def _build(node: ast.AST, text: str, names: set[str]) -> Expr:  # noqa: C901 (on
         names.add(name)
         return lambda env: env[name]
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        op, left, right = _BINARY[type(node.op)], _build(node.left, text, names), _build(
-            node.right, text, names
+        op, left, right = (
+            _BINARY[type(node.op)],
+            _build(node.left, text, names),
+            _build(node.right, text, names),
         )
         return lambda env: op(left(env), right(env))
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.Not):
@@ -120,7 +122,9 @@ def _build(node: ast.AST, text: str, names: set[str]) -> Expr:  # noqa: C901 (on
             return lambda env: int(all(p(env) for p in parts))
         return lambda env: int(any(p(env) for p in parts))
     if isinstance(node, ast.Compare) and all(type(o) in _COMPARE for o in node.ops):
-        terms = [_build(node.left, text, names)] + [_build(c, text, names) for c in node.comparators]
+        terms = [_build(node.left, text, names)] + [
+            _build(c, text, names) for c in node.comparators
+        ]
         ops = [_COMPARE[type(o)] for o in node.ops]
 
         def compare(env):
@@ -207,8 +211,15 @@ class Space:
             if limits is not None and limit in limits:
                 bound = int(limits[limit])
                 rules.append(
-                    ("check", _Rule(f"limit {limit}", f"{quantity} <= {bound}",
-                                    _at_most(quantity, bound), frozenset({quantity})))
+                    (
+                        "check",
+                        _Rule(
+                            f"limit {limit}",
+                            f"{quantity} <= {bound}",
+                            _at_most(quantity, bound),
+                            frozenset({quantity}),
+                        ),
+                    )
                 )
         return rules
 

@@ -63,8 +63,9 @@ def check_storage(storage: str | None):
 
 
 def check_budget(trials: int | None, timeout: float | None) -> None:
-    if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int)
-                               or trials < 1):
+    if trials is not None and (
+        isinstance(trials, bool) or not isinstance(trials, int) or trials < 1
+    ):
         raise TuneError("trials", f"trials must be an integer >= 1, got {trials!r}")
     if timeout is not None and not (isinstance(timeout, int | float) and timeout > 0):
         raise TuneError("timeout", f"timeout must be a number of seconds > 0, got {timeout!r}")
@@ -77,11 +78,23 @@ def baseline(problem: Problem, gpu: Gpu, checks: bool) -> Outcome | None:
     return evaluate(seeds[0], problem, gpu, checks=checks) if seeds else None
 
 
-def tune(M: int, N: int, K: int, dtype: str = "f32", *, trials: int | None = 30,
-         timeout: float | None = None, templates: Sequence[str] | None = None,
-         checks: bool = True, sampler: str = "tpe", storage: str | None = None,
-         cache_dir: str | Path | None = None, seed: int | None = None, gpu: Gpu | None = None,
-         on_trial=None) -> TuneResult:
+def tune(
+    M: int,
+    N: int,
+    K: int,
+    dtype: str = "f32",
+    *,
+    trials: int | None = 30,
+    timeout: float | None = None,
+    templates: Sequence[str] | None = None,
+    checks: bool = True,
+    sampler: str = "tpe",
+    storage: str | None = None,
+    cache_dir: str | Path | None = None,
+    seed: int | None = None,
+    gpu: Gpu | None = None,
+    on_trial=None,
+) -> TuneResult:
     """Find the fastest correct kernel for this problem on this device and cache it."""
     problem = Problem(M, N, K, dtype)
     templates = check_templates(templates)
@@ -91,8 +104,9 @@ def tune(M: int, N: int, K: int, dtype: str = "f32", *, trials: int | None = 30,
     storage_object = check_storage(storage)
     gpu = gpu or get_gpu()
     check_fits(problem, gpu)
-    store = cache.DeviceCache(cache_dir or cache.default_cache_dir(),
-                              gpu.fingerprint.as_dict(), versions())
+    store = cache.DeviceCache(
+        cache_dir or cache.default_cache_dir(), gpu.fingerprint.as_dict(), versions()
+    )
     base = baseline(problem, gpu, checks)
     base_s = base.measurement.median_s if base and base.ok else None
 
@@ -100,10 +114,19 @@ def tune(M: int, N: int, K: int, dtype: str = "f32", *, trials: int | None = 30,
         m = outcome.measurement
         return cache.Entry(
             key=cache.Key.of(problem, outcome.config.template, checks),
-            params=outcome.config.as_dict(), median_s=m.median_s, p20_s=m.p20_s, p80_s=m.p80_s,
-            method=m.method, gflops=m.gflops(problem.flops), error=outcome.error,
-            baseline_s=base_s, trials=result.study_trials, failures=dict(result.failures),
-            tuning_s=result.seconds, date=cache.today())
+            params=outcome.config.as_dict(),
+            median_s=m.median_s,
+            p20_s=m.p20_s,
+            p80_s=m.p80_s,
+            method=m.method,
+            gflops=m.gflops(problem.flops),
+            error=outcome.error,
+            baseline_s=base_s,
+            trials=result.study_trials,
+            failures=dict(result.failures),
+            tuning_s=result.seconds,
+            date=cache.today(),
+        )
 
     best_stored: list[float] = []
 
@@ -115,9 +138,18 @@ def tune(M: int, N: int, K: int, dtype: str = "f32", *, trials: int | None = 30,
         if on_trial:
             on_trial(event)
 
-    result = search(problem, gpu, templates=templates, trials=trials, timeout=timeout,
-                    checks=checks, sampler=sampler, storage=storage_object, seed=seed,
-                    on_trial=save_new_best)
+    result = search(
+        problem,
+        gpu,
+        templates=templates,
+        trials=trials,
+        timeout=timeout,
+        checks=checks,
+        sampler=sampler,
+        storage=storage_object,
+        seed=seed,
+        on_trial=save_new_best,
+    )
     entry = None
     if result.best is not None:
         entry = entry_for(result.best, result)

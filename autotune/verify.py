@@ -41,7 +41,9 @@ class Verdict:
 
     @property
     def reason(self) -> str:
-        return "" if self.ok else f"relative error {self.error:.3g} > tolerance {self.tolerance:.3g}"
+        return (
+            "" if self.ok else f"relative error {self.error:.3g} > tolerance {self.tolerance:.3g}"
+        )
 
 
 def tolerance(problem: Problem) -> float:
@@ -66,8 +68,13 @@ def _worst(got: np.ndarray, want: np.ndarray, scale: np.ndarray) -> float:
     return float(np.max(np.abs(got - want) / np.maximum(scale, 1e-300)))
 
 
-def check_result(C: np.ndarray, A: np.ndarray, B: np.ndarray, problem: Problem,
-                 rng: np.random.Generator | None = None) -> Verdict:
+def check_result(
+    C: np.ndarray,
+    A: np.ndarray,
+    B: np.ndarray,
+    problem: Problem,
+    rng: np.random.Generator | None = None,
+) -> Verdict:
     """Compare C with A @ B computed in float64 (in full or sampled, see the module doc).
 
     Each element's error is divided by sqrt(A**2 @ B**2), the root-sum-square of the
@@ -90,7 +97,7 @@ def check_result(C: np.ndarray, A: np.ndarray, B: np.ndarray, problem: Problem,
     ]
     C64 = C.astype(np.float64)
     for _ in range(2):  # Freivalds: a wrong element anywhere shows in C x
-        x = rng.uniform(-1, 1, problem.N)
+        x = rng.choice([-1.0, 1.0], problem.N)  # +-1: every column weighs fully
         errors.append(_worst(C64 @ x, A64 @ (B64 @ x), np.sqrt(A2 @ (B2 @ (x * x)))))
     error = max(errors)
     return Verdict(error <= limit, error, limit)

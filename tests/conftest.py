@@ -1,14 +1,10 @@
 """Shared fixtures: one GPU for the session, skipped cleanly where no adapter exists."""
 
-import os
 from pathlib import Path
 
 import pytest
 
-# Mesa's drivers warn on stderr when XDG_RUNTIME_DIR is unset; it changes nothing else.
-os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
-
-from autotune import device  # noqa: E402
+from autotune import device
 
 FAULTY = Path(__file__).parent / "faulty"
 

@@ -11,8 +11,14 @@ def test_parse_shape():
 
 @pytest.mark.parametrize(
     "text, words",
-    [("0x1x1", "M must be >= 1"), ("1x-2x1", "N must be >= 1"), ("1x1", "MxNxK"),
-     ("axbxc", "MxNxK"), ("", "MxNxK"), ("1x1x99999999999", r"K must be < 2\*\*31")],
+    [
+        ("0x1x1", "M must be >= 1"),
+        ("1x-2x1", "N must be >= 1"),
+        ("1x1", "MxNxK"),
+        ("axbxc", "MxNxK"),
+        ("", "MxNxK"),
+        ("1x1x99999999999", r"K must be < 2\*\*31"),
+    ],
 )
 def test_parse_shape_rejects(text, words):
     with pytest.raises(ProblemError, match=words):

@@ -24,7 +24,9 @@ def test_blocked_register_tile_is_unrolled_into_variables():
     wgsl = render(config, Problem(256, 256, 256)).wgsl
     assert "var acc3_1 = vec4<f32>(0.0);" in wgsl  # 4 rows x 2 vec4 = 8 accumulators
     assert "acc4_" not in wgsl and "array<vec4<f32>, 8>" not in wgsl
-    rolled = render(Config.make("blocked", dict(config.as_dict(), UNROLL=0)), Problem(256, 256, 256))
+    rolled = render(
+        Config.make("blocked", dict(config.as_dict(), UNROLL=0)), Problem(256, 256, 256)
+    )
     assert "for (var kv = 0u; kv < BKV; kv++)" in rolled.wgsl and len(rolled.wgsl) < len(wgsl)
 
 
@@ -38,7 +40,8 @@ def test_missing_parameter_fails_loudly(tmp_path, monkeypatch):
     (tmp_path / "partial.wgsl.j2").write_text("const X = {{ NOT_DEFINED }};\n")
     (tmp_path / "partial.toml").write_text(
         "[params]\nX = [1]\n[derived]\ninvocations='1'\nworkgroup_size_x='1'\n"
-        "workgroup_size_y='1'\nworkgroup_storage='0'\ngrid_x='1'\ngrid_y='1'\n")
+        "workgroup_size_y='1'\nworkgroup_storage='0'\ngrid_x='1'\ngrid_y='1'\n"
+    )
     monkeypatch.setenv("AUTOTUNE_TEMPLATE_PATH", str(tmp_path))
     with pytest.raises(jinja2.UndefinedError, match="NOT_DEFINED"):
         render(Config.make("partial", {"X": 1}), Problem(1, 1, 1))

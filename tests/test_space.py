@@ -4,7 +4,15 @@ import pytest
 
 from autotune.device import WEBGPU_DEFAULT_LIMITS
 from autotune.problem import Problem
-from autotune.space import LIMITED, Config, Space, SpaceError, compile_expression, load_space, template_names
+from autotune.space import (
+    LIMITED,
+    Config,
+    Space,
+    SpaceError,
+    compile_expression,
+    load_space,
+    template_names,
+)
 
 
 def brute_force(space: Space, problem, limits):
@@ -19,17 +27,22 @@ def brute_force(space: Space, problem, limits):
 
 
 @pytest.mark.parametrize("template", ["naive", "tiled", "blocked"])
-@pytest.mark.parametrize("problem", [Problem(1024, 1024, 1024), Problem(1, 17, 999),
-                                     Problem(367, 367, 367), Problem(64, 4096, 6)])
+@pytest.mark.parametrize(
+    "problem",
+    [Problem(1024, 1024, 1024), Problem(1, 17, 999), Problem(367, 367, 367), Problem(64, 4096, 6)],
+)
 def test_enumeration_is_exactly_the_valid_set(template, problem):
     space = load_space(template)
     assert sorted(space.configs(problem, WEBGPU_DEFAULT_LIMITS)) == brute_force(
-        space, problem, WEBGPU_DEFAULT_LIMITS)
+        space, problem, WEBGPU_DEFAULT_LIMITS
+    )
 
 
 def test_space_sizes_for_1024_cubed():
     problem = Problem(1024, 1024, 1024)
-    sizes = {t: len(load_space(t).configs(problem, WEBGPU_DEFAULT_LIMITS)) for t in template_names()}
+    sizes = {
+        t: len(load_space(t).configs(problem, WEBGPU_DEFAULT_LIMITS)) for t in template_names()
+    }
     assert sizes["naive"] > 10 and sizes["tiled"] > 20 and sizes["blocked"] > 1000
 
 
@@ -54,8 +67,9 @@ def test_needs_are_derived_per_config():
 def test_vector_width_must_divide_n_and_k():
     space = load_space("blocked")
     for problem in (Problem(64, 63, 64), Problem(64, 64, 66)):
-        assert all(problem.K % c["VEC"] == 0 and problem.N % c["VEC"] == 0
-                   for c in space.configs(problem))
+        assert all(
+            problem.K % c["VEC"] == 0 and problem.N % c["VEC"] == 0 for c in space.configs(problem)
+        )
     assert {c["VEC"] for c in space.configs(Problem(64, 64, 66))} == {1, 2}
 
 
@@ -65,8 +79,20 @@ def test_every_space_has_a_valid_seed_for_tiny_and_ragged_shapes():
         assert load_space("naive").seed_configs(problem, WEBGPU_DEFAULT_LIMITS)
 
 
-@pytest.mark.parametrize("text", ["__import__('os')", "M.real", "open('x')", "[M]", "M if N else K",
-                                  "lambda: 1", "M ** 2", "'text'", "x" * 600])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "__import__('os')",
+        "M.real",
+        "open('x')",
+        "[M]",
+        "M if N else K",
+        "lambda: 1",
+        "M ** 2",
+        "'text'",
+        "x" * 600,
+    ],
+)
 def test_expressions_refuse_anything_but_integer_arithmetic(text):
     with pytest.raises(SpaceError):
         compile_expression(text)
@@ -78,14 +104,21 @@ def test_expressions_compute():
     assert function({"M": 17, "N": 9, "K": 2}) == 2 * 2 + 9 % 5 - 1
 
 
-@pytest.mark.parametrize("text, words", [
-    ("[params]\nX = [1]\n", "must derive"),
-    ("[params]\nM = [1]\n", "bad parameter name"),
-    ("[params]\nX = ['a']\n", "must list integers"),
-    ("[params]\nX = [1]\n[derived]\n" + "\n".join(f"{n} = '1'" for n in LIMITED)
-     + "\n[constraints]\nc = 'Y > 1'\n", "reads"),
-    ("not toml = = 1", "search space"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("[params]\nX = [1]\n", "must derive"),
+        ("[params]\nM = [1]\n", "bad parameter name"),
+        ("[params]\nX = ['a']\n", "must list integers"),
+        (
+            "[params]\nX = [1]\n[derived]\n"
+            + "\n".join(f"{n} = '1'" for n in LIMITED)
+            + "\n[constraints]\nc = 'Y > 1'\n",
+            "reads",
+        ),
+        ("not toml = = 1", "search space"),
+    ],
+)
 def test_malformed_space_files_are_refused(text, words):
     with pytest.raises(SpaceError, match=words):
         Space.from_toml(text, "bad")

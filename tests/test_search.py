@@ -1,0 +1,171 @@
+"""The search on the real adapter: budgets, failures as values, resume, shared studies."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import optuna
+import pytest
+
+import autotune
+from autotune.problem import Problem
+from autotune.search import search, study_name
+from autotune.space import Config, load_space
+
+pytestmark = pytest.mark.gpu
+
+
+def measured_trials(study):
+    return [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if "reason" in t.user_attrs and not t.user_attrs.get("interrupted")
+    ]
+
+
+def test_failures_are_recorded_with_their_reason_and_the_search_goes_on(gpu, faulty_templates):
+    problem = Problem(24, 20, 16)
+    storage = optuna.storages.InMemoryStorage()
+    result = search(
+        problem,
+        gpu,
+        templates=["faulty"],
+        trials=6,
+        sampler="grid",
+        storage=storage,
+        max_dispatch_s=0.05,
+    )
+    assert result.measured == 6
+    assert result.failures == Counter({"wrong": 2, "compile": 2, "timeout": 1})
+    assert result.best.config == Config.make("faulty", {"MODE": 0})
+    study = optuna.load_study(study_name=result.study_name, storage=storage)
+    reasons = {
+        t.user_attrs["params"]["MODE"]: t.user_attrs["reason"] for t in measured_trials(study)
+    }
+    assert reasons == {0: "", 1: "compile", 2: "wrong", 3: "wrong", 4: "timeout", 5: "compile"}
+
+
+def test_wrong_kernel_is_never_cached(gpu, faulty_templates, cache_dir):
+    # MODE 2 and 3 compute wrong results; only MODE 0 may end up in the cache
+    result = autotune.tune(
+        24, 20, 16, templates=["faulty"], trials=6, sampler="grid", cache_dir=cache_dir
+    )
+    assert result.entry.config == Config.make("faulty", {"MODE": 0})
+    assert '"MODE": 2' not in result.cache_path.read_text()
+
+
+def test_invalid_configs_cost_nothing_and_nothing_is_measured_twice(gpu):
+    problem = Problem(40, 36, 20)  # N, K multiples of 4 but not of 8 or 16: many invalid
+    storage = optuna.storages.InMemoryStorage()
+    result = search(
+        problem, gpu, templates=["blocked", "tiled"], trials=10, seed=3, storage=storage
+    )
+    study = optuna.load_study(study_name=result.study_name, storage=storage)
+    measured = measured_trials(study)
+    assert len(measured) == result.measured == 10
+    configs = [t.user_attrs["config"] for t in measured]
+    assert len(set(configs)) == len(configs)
+    for trial in measured:
+        config = Config.make(trial.user_attrs["template"], trial.user_attrs["params"])
+        assert load_space(config.template).why_invalid(config, problem, gpu.limits) is None
+    pruned = study.get_trials(states=(optuna.trial.TrialState.PRUNED,))
+    assert all("reason" not in t.user_attrs for t in pruned)
+
+
+def test_whole_small_space_is_exhausted_then_stops(gpu):
+    problem = Problem(8, 8, 8)
+    size = len(load_space("naive").configs(problem, gpu.limits))
+    result = search(problem, gpu, templates=["naive"], trials=size + 50, sampler="tpe")
+    assert result.study_trials == size and result.measured == size
+
+
+def test_study_resumes_from_sqlite(gpu, tmp_path):
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    problem = Problem(32, 32, 32)
+    first = search(problem, gpu, templates=["blocked"], trials=3, storage=url, seed=1)
+    second = search(problem, gpu, templates=["blocked"], trials=5, storage=url, seed=1)
+    assert (first.measured, second.measured, second.study_trials) == (3, 2, 5)
+
+
+def _tune_command(tmp_path, shape, trials, storage, *extra):
+    return [
+        sys.executable,
+        "-m",
+        "autotune",
+        "tune",
+        "--shape",
+        shape,
+        "--trials",
+        str(trials),
+        "--storage",
+        storage,
+        "--cache",
+        str(tmp_path / "cache"),
+        "--template",
+        "blocked",
+        *extra,
+    ]
+
+
+def _count_measured(url, name):
+    try:
+        return len(measured_trials(optuna.load_study(study_name=name, storage=url)))
+    except KeyError:
+        return 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
+def test_killed_tune_continues_the_same_study(gpu, tmp_path, how):
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    problem = Problem(32, 32, 32)
+    name = study_name(problem, ["blocked"], True, gpu)
+    process = subprocess.Popen(
+        _tune_command(tmp_path, "32x32x32", 12, url),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 120
+    while _count_measured(url, name) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.kill(process.pid, how)
+    process.wait(60)
+    before = _count_measured(url, name)
+    assert 3 <= before < 12
+    done = subprocess.run(
+        _tune_command(tmp_path, "32x32x32", 12, url), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert _count_measured(url, name) == 12
+    kernel = autotune.lookup(32, 32, 32, cache_dir=tmp_path / "cache")
+    assert kernel.source == "exact"
+
+
+@pytest.mark.slow
+def test_two_processes_share_one_study(gpu, tmp_path):
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    problem = Problem(48, 48, 48)
+    commands = [_tune_command(tmp_path, "48x48x48", 16, url, "--seed", str(s)) for s in (1, 2)]
+    workers = [
+        subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for c in commands
+    ]
+    for worker in workers:
+        _, err = worker.communicate(timeout=600)
+        assert worker.returncode == 0, err
+    study = optuna.load_study(study_name=study_name(problem, ["blocked"], True, gpu), storage=url)
+    measured = measured_trials(study)
+    assert len(measured) >= 16
+    by_worker = Counter(t.user_attrs["worker"] for t in measured)
+    assert len(by_worker) == 2, by_worker  # both processes contributed
+    configs = [t.user_attrs["config"] for t in measured]
+    assert len(set(configs)) == len(configs)  # no config measured twice
+    kernel = autotune.lookup(48, 48, 48, cache_dir=tmp_path / "cache")
+    best = min((t for t in measured if t.value is not None), key=lambda t: t.value)
+    assert kernel.source == "exact" and str(kernel.config) == best.user_attrs["config"]
+    from autotune.verify import verify
+
+    assert verify(kernel.compiled, gpu).ok
