@@ -106,6 +106,7 @@ def measure(
     max_dispatch_s: float | None = None,
     use_timestamps: bool | None = None,
     seed: int = 0,
+    operands: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Measurement:
     """Time one dispatch of `compiled` on random data (see the module doc for the method).
 
@@ -115,7 +116,9 @@ def measure(
     if use_timestamps is None:
         use_timestamps = gpu.has_timestamps
     problem = compiled.shader.problem
-    A, B = random_operands(problem, np.random.default_rng(seed))
+    A, B = (
+        operands if operands is not None else random_operands(problem, np.random.default_rng(seed))
+    )
     C = np.zeros((problem.M, problem.N), dtype=problem.numpy_dtype)
     bound = Bound.make(compiled, gpu, A, B, C)
     timer = _PassTimer(bound, gpu, use_timestamps)

@@ -32,6 +32,7 @@ from .measure import Measurement, TooSlow, measure
 from .problem import Problem
 from .render import render, template_hash
 from .space import Config, load_space
+from .verify import Reference, verify
 
 SAMPLERS = ("tpe", "random", "grid")
 MAX_IDLE_ASKS = 200  # proposals in a row that need no GPU before we pick one ourselves
@@ -61,16 +62,20 @@ def evaluate(
     checks: bool = True,
     max_dispatch_s: float | None = None,
     seed: int | None = None,
+    reference: Reference | None = None,
 ) -> Outcome:
-    """Render, compile, verify and (only if correct) time one config."""
+    """Render, compile, verify and (only if correct) time one config.
+
+    `reference`: the inputs and expected product to check against (shared by the
+    candidates of one search); without it, fresh random data for this call.
+    """
     try:
         compiled = compile_shader(render(config, problem), gpu, checks=checks)
     except CompileError as error:
         return Outcome(config, reason=error.reason, detail=str(error)[:500])
-    from .verify import verify  # late: verify imports kernel, which imports compile
-
+    reference = reference or Reference(problem, seed)
     try:
-        verdict = verify(compiled, gpu, seed=seed)
+        verdict = verify(compiled, gpu, reference=reference)
         if not verdict.ok:
             return Outcome(
                 config,
@@ -79,7 +84,9 @@ def evaluate(
                 error=verdict.error,
                 compile_s=compiled.seconds,
             )
-        measurement = measure(compiled, gpu, max_dispatch_s=max_dispatch_s)
+        measurement = measure(
+            compiled, gpu, max_dispatch_s=max_dispatch_s, operands=(reference.A, reference.B)
+        )
     except TooSlow as error:
         return Outcome(config, reason="timeout", detail=str(error), compile_s=compiled.seconds)
     except Exception as error:  # a driver or wgpu error while running: this trial only
@@ -168,12 +175,15 @@ def search(
     seed: int | None = None,
     max_dispatch_s: float | None = None,
     on_trial: Progress | None = None,
+    evaluator: Callable[[Config], Outcome] | None = None,
 ) -> SearchResult:
     """Search the templates' spaces for the fastest correct kernel of `problem`.
 
     `storage` is an Optuna storage (object or URL; None keeps the study in memory).
     A candidate whose one dispatch takes longer than `max_dispatch_s` (default: 50x the
-    best so far, at least 1 s) is recorded as a timeout.
+    best so far, at least 1 s) is recorded as a timeout. `evaluator` replaces the GPU
+    (render, compile, verify, time) by another source of Outcomes, e.g. a recorded table
+    replayed to compare samplers; `gpu` then only lends its limits and fingerprint.
     """
     if trials is None and timeout is None:
         raise ValueError("give trials, timeout or both: the search needs a budget")
@@ -197,6 +207,7 @@ def search(
             for config in load_space(template).seed_configs(problem, gpu.limits):
                 study.enqueue_trial(_trial_params(config, templates))
     grid = iter(valid) if sampler == "grid" else None
+    reference = None  # made at the first candidate that needs the GPU
     result = SearchResult(problem, None, 0, 0, study_name=name)
     idle = 0
     while True:
@@ -241,7 +252,13 @@ def search(
         idle = 0
         best_s = result.best.measurement.median_s if result.best else None
         limit = max_dispatch_s or (max(1.0, 50 * best_s) if best_s else None)
-        outcome = evaluate(config, problem, gpu, checks=checks, seed=seed, max_dispatch_s=limit)
+        if evaluator is not None:
+            outcome = evaluator(config)
+        else:
+            reference = reference or Reference(problem, seed)
+            outcome = evaluate(
+                config, problem, gpu, checks=checks, max_dispatch_s=limit, reference=reference
+            )
         _record(trial, outcome)
         _tell(study, trial, outcome.measurement.median_s if outcome.ok else None)
         result.measured += 1

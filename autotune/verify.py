@@ -68,45 +68,68 @@ def _worst(got: np.ndarray, want: np.ndarray, scale: np.ndarray) -> float:
     return float(np.max(np.abs(got - want) / np.maximum(scale, 1e-300)))
 
 
-def check_result(
-    C: np.ndarray,
-    A: np.ndarray,
-    B: np.ndarray,
-    problem: Problem,
-    rng: np.random.Generator | None = None,
-) -> Verdict:
-    """Compare C with A @ B computed in float64 (in full or sampled, see the module doc).
+class Reference:
+    """Random inputs for one problem and what their product must be, computed once.
 
-    Each element's error is divided by sqrt(A**2 @ B**2), the root-sum-square of the
-    products it sums: the size rounding errors scale with.
+    A tuning run makes one Reference and checks every candidate against it (each with a
+    fresh NaN-filled C): building the float64 reference is the slow part at large sizes.
     """
-    limit = tolerance(problem)
-    A64, B64 = A.astype(np.float64), B.astype(np.float64)
-    A2, B2 = A64 * A64, B64 * B64
-    if problem.flops <= FULL_CHECK_FLOPS:
-        error = _worst(C, A64 @ B64, np.sqrt(A2 @ B2))
+
+    def __init__(self, problem: Problem, seed: int | None = None, operands=None):
+        self.problem = problem
+        rng = np.random.default_rng(seed)
+        self.A, self.B = operands if operands is not None else random_operands(problem, rng)
+        A64, B64 = self.A.astype(np.float64), self.B.astype(np.float64)
+        A2, B2 = A64 * A64, B64 * B64
+        self.full = problem.flops <= FULL_CHECK_FLOPS
+        if self.full:  # (want, scale) of every element
+            self.want, self.scale = A64 @ B64, np.sqrt(A2 @ B2)
+            return
+        M, N = problem.M, problem.N
+        self.rows = np.unique(np.r_[0, M - 1, rng.integers(0, M, SAMPLES)])
+        self.cols = np.unique(np.r_[0, N - 1, rng.integers(0, N, SAMPLES)])
+        self.row_want, self.row_scale = A64[self.rows] @ B64, np.sqrt(A2[self.rows] @ B2)
+        self.col_want, self.col_scale = A64 @ B64[:, self.cols], np.sqrt(A2 @ B2[:, self.cols])
+        # Freivalds: a wrong element anywhere shows in C x; x = +-1 weighs every column fully
+        self.xs = [rng.choice([-1.0, 1.0], N) for _ in range(2)]
+        self.x_want = [A64 @ (B64 @ x) for x in self.xs]
+        self.x_scale = [np.sqrt(A2 @ (B2 @ (x * x))) for x in self.xs]
+
+    def check(self, C: np.ndarray) -> Verdict:
+        """Compare C with the float64 product (in full or sampled, see the module doc).
+
+        Each element's error is divided by sqrt(A**2 @ B**2), the root-sum-square of the
+        products it sums: the size its rounding errors scale with.
+        """
+        limit = tolerance(self.problem)
+        if self.full:
+            error = _worst(C, self.want, self.scale)
+            return Verdict(error <= limit, error, limit)
+        if not np.all(np.isfinite(C)):
+            return Verdict(False, math.inf, limit)
+        errors = [
+            _worst(C[self.rows], self.row_want, self.row_scale),
+            _worst(C[:, self.cols], self.col_want, self.col_scale),
+        ]
+        C64 = C.astype(np.float64)
+        for x, want, scale in zip(self.xs, self.x_want, self.x_scale, strict=True):
+            errors.append(_worst(C64 @ x, want, scale))
+        error = max(errors)
         return Verdict(error <= limit, error, limit)
-    if not np.all(np.isfinite(C)):
-        return Verdict(False, math.inf, limit)
-    rng = rng or np.random.default_rng()
-    rows = np.unique(np.r_[0, problem.M - 1, rng.integers(0, problem.M, SAMPLES)])
-    cols = np.unique(np.r_[0, problem.N - 1, rng.integers(0, problem.N, SAMPLES)])
-    errors = [
-        _worst(C[rows], A64[rows] @ B64, np.sqrt(A2[rows] @ B2)),
-        _worst(C[:, cols], A64 @ B64[:, cols], np.sqrt(A2 @ B2[:, cols])),
-    ]
-    C64 = C.astype(np.float64)
-    for _ in range(2):  # Freivalds: a wrong element anywhere shows in C x
-        x = rng.choice([-1.0, 1.0], problem.N)  # +-1: every column weighs fully
-        errors.append(_worst(C64 @ x, A64 @ (B64 @ x), np.sqrt(A2 @ (B2 @ (x * x)))))
-    error = max(errors)
-    return Verdict(error <= limit, error, limit)
 
 
-def verify(compiled: Compiled, gpu: Gpu, seed: int | None = None) -> Verdict:
-    """Run the kernel once on fresh random data and compare with float64 NumPy."""
-    problem = compiled.shader.problem
-    rng = np.random.default_rng(seed)
-    A, B = random_operands(problem, rng)
-    C = dispatch(compiled, gpu, A, B, fill=np.nan)
-    return check_result(C, A, B, problem, rng)
+def check_result(C: np.ndarray, A: np.ndarray, B: np.ndarray, problem: Problem) -> Verdict:
+    """Compare C with A @ B computed in float64."""
+    return Reference(problem, operands=(A, B)).check(C)
+
+
+def verify(
+    compiled: Compiled, gpu: Gpu, seed: int | None = None, reference: Reference | None = None
+) -> Verdict:
+    """Run the kernel once (C filled with NaN first) and compare with float64 NumPy.
+
+    Without a `reference`, on fresh random data made for this call.
+    """
+    reference = reference or Reference(compiled.shader.problem, seed)
+    C = dispatch(compiled, gpu, reference.A, reference.B, fill=np.nan)
+    return reference.check(C)

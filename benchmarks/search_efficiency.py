@@ -1,0 +1,164 @@
+"""Search efficiency: measured trials each sampler needs to come within 5% of the best
+config of the whole space, replayed from a full timing table of one shape.
+
+    # 1. measure every valid config of every template (on the device to study)
+    python benchmarks/search_efficiency.py record --shape 16x16x1024 \
+        --out benchmarks/results/table-lavapipe-16x16x1024.json
+    # 2. replay the real search loop (autotune.search.search) on the table, many seeds
+    python benchmarks/search_efficiency.py replay benchmarks/results/table-lavapipe-16x16x1024.json
+
+Replaying runs the tuner's own code (Optuna ask/tell, pruning, de-duplication) with the
+GPU replaced by the table, so samplers are compared on exactly the same measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import autotune
+from autotune.device import Fingerprint, versions
+from autotune.measure import Measurement
+from autotune.problem import parse_shape
+from autotune.search import Outcome, evaluate, search
+from autotune.space import Config, load_space
+from autotune.tune import TEMPLATES
+
+
+def git_commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() or "unknown"
+
+
+def record(args) -> None:
+    problem = parse_shape(args.shape)
+    gpu = autotune.get_gpu()
+    configs = [c for t in TEMPLATES for c in load_space(t).configs(problem, gpu.limits)]
+    out = Path(args.out)
+    table = json.loads(out.read_text()) if out.exists() else {}  # resume an interrupted run
+    results = table.get("results", {})
+    table.update(
+        problem=problem.shape,
+        templates=list(TEMPLATES),
+        limits=gpu.limits,
+        fingerprint=gpu.fingerprint.as_dict(),
+        device=gpu.summary,
+        versions=versions(),
+        checks=True,
+        date=time.strftime("%Y-%m-%d"),
+        commit=git_commit(),
+        results=results,
+    )
+    start = time.monotonic()
+    for i, config in enumerate(configs):
+        if str(config) in results:
+            continue
+        outcome = evaluate(config, problem, gpu, checks=True)
+        results[str(config)] = {
+            "template": config.template,
+            "params": config.as_dict(),
+            "seconds": outcome.measurement.median_s if outcome.ok else None,
+            "reason": outcome.reason,
+            "compile_s": outcome.compile_s,
+        }
+        if i % 25 == 0 or i == len(configs) - 1:
+            out.write_text(json.dumps(table, indent=0))
+            print(f"{i + 1}/{len(configs)} configs, {time.monotonic() - start:.0f} s", flush=True)
+    out.write_text(json.dumps(table, indent=0))
+
+
+@dataclass
+class Recorded:
+    """Stands in for the Gpu in search(): the recorded limits and fingerprint."""
+
+    limits: dict
+    fingerprint: Fingerprint
+
+
+def replay(args) -> None:
+    table = json.loads(Path(args.table).read_text())
+    problem = parse_shape(table["problem"])
+    device = Recorded(table["limits"], Fingerprint(**table["fingerprint"]))
+    results = table["results"]
+    times = {k: v["seconds"] for k, v in results.items() if v["seconds"] is not None}
+    best = min(times.values())
+    good = {k for k, s in times.items() if s <= 1.05 * best}
+
+    def evaluator(config: Config) -> Outcome:
+        row = results[str(config)]
+        if row["seconds"] is None:
+            return Outcome(config, reason=row["reason"] or "crashed")
+        s = row["seconds"]
+        return Outcome(config, Measurement(s, s, s, "timestamp", 1, 1, s), error=0.0)
+
+    report = {
+        "table": args.table,
+        "configs": len(results),
+        "within_5pct": len(good),
+        "best_s": best,
+        "budget": args.budget,
+        "runs": args.runs,
+        "samplers": {},
+    }
+    for sampler in ("tpe", "random", "grid"):
+        runs = 1 if sampler == "grid" else args.runs
+        needed = []
+        for seed in range(runs):
+            hits = []
+
+            def on_trial(event, hits=hits):
+                if not hits and str(event["outcome"].config) in good:
+                    hits.append(event["result"].measured)
+
+            search(
+                problem,
+                device,
+                templates=table["templates"],
+                trials=args.budget,
+                sampler=sampler,
+                seed=seed,
+                evaluator=evaluator,
+                on_trial=on_trial,
+            )
+            needed.append(hits[0] if hits else None)
+        reached = sorted(n for n in needed if n is not None)
+        report["samplers"][sampler] = {
+            "runs": runs,
+            "reached": len(reached),
+            "median": statistics.median(reached) if reached else None,
+            "mean": statistics.mean(reached) if reached else None,
+            "worst": reached[-1] if reached else None,
+            "trials_needed": needed,
+        }
+        print(sampler, report["samplers"][sampler], flush=True)
+    out = Path(args.table).with_name(Path(args.table).stem.replace("table-", "replay-") + ".json")
+    out.write_text(json.dumps(report, indent=1))
+    print(
+        f"{len(results)} configs, {len(good)} within 5% of the best ({best * 1e3:.3f} ms); "
+        f"written {out}"
+    )
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    rec = commands.add_parser("record")
+    rec.add_argument("--shape", required=True)
+    rec.add_argument("--out", required=True)
+    rep = commands.add_parser("replay")
+    rep.add_argument("table")
+    rep.add_argument("--runs", type=int, default=20)
+    rep.add_argument("--budget", type=int, default=300)
+    args = parser.parse_args(argv)
+    {"record": record, "replay": replay}[args.command](args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
