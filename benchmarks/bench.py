@@ -1,0 +1,253 @@
+"""Benchmark: autotune's tuned WGSL GEMM against cuBLAS SGEMM on the same GPU, same run.
+
+    python benchmarks/bench.py --out benchmarks/results/h200     # the whole suite
+    python benchmarks/bench.py --shape 4096x4096x4096            # one shape
+
+For each shape: cuBLAS SGEMM through PyTorch with TF32 off (CUDA events), the tutorial
+16x16 `tiled` kernel, and autotune's best cached kernel with wgpu's runtime checks on and
+off (device timestamps, autotune.measure); every WGSL result is verified against float64
+NumPy first. All timings: warm-up, then the median of several passes, each pass long
+enough (>= 20 ms) that launch overhead does not count. Prints a table (TFLOP/s and ratio
+to cuBLAS, geometric mean) and writes bench.json (with provenance) and bench.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import autotune
+from autotune.compile import compile_shader
+from autotune.device import versions
+from autotune.measure import measure
+from autotune.problem import parse_shape
+from autotune.render import render
+from autotune.space import load_space
+from autotune.verify import Reference, verify
+
+SUITE = [
+    "1024x1024x1024",
+    "2048x2048x2048",
+    "4096x4096x4096",
+    "8192x8192x8192",
+    "2048x12288x4096",
+    "2048x11008x4096",
+    "2048x4096x11008",
+    "512x32000x4096",
+    "16x4096x4096",
+    "64x11008x4096",
+]
+
+
+def cublas_seconds(problem, passes: int = 10, min_pass_s: float = 0.02) -> float:
+    """Median seconds per torch.matmul (cuBLAS SGEMM, TF32 off) over timed passes."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    A = torch.rand(problem.M, problem.K, device="cuda") * 2 - 1
+    B = torch.rand(problem.K, problem.N, device="cuda") * 2 - 1
+    C = torch.empty(problem.M, problem.N, device="cuda")
+    for _ in range(3):
+        torch.matmul(A, B, out=C)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.matmul(A, B, out=C)
+    end.record()
+    end.synchronize()
+    repeats = max(1, math.ceil(min_pass_s / (start.elapsed_time(end) / 1e3)))
+    samples = []
+    for _ in range(passes):
+        start.record()
+        for _ in range(repeats):
+            torch.matmul(A, B, out=C)
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / 1e3 / repeats)
+    return statistics.median(samples)
+
+
+def wgsl_seconds(config, problem, gpu, checks: bool, reference: Reference) -> dict:
+    compiled = compile_shader(render(config, problem), gpu, checks=checks)
+    verdict = verify(compiled, gpu, reference=reference)
+    if not verdict.ok:
+        raise AssertionError(f"{config} checks={checks} is WRONG at {problem}: {verdict.reason}")
+    m = measure(
+        compiled, gpu, min_pass_s=0.02, passes=10, budget_s=4.0, operands=(reference.A, reference.B)
+    )
+    return {
+        "config": str(config),
+        "seconds": m.median_s,
+        "p20_s": m.p20_s,
+        "p80_s": m.p80_s,
+        "method": m.method,
+        "error": verdict.error,
+    }
+
+
+def provenance(gpu) -> dict:
+    info = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "device": gpu.summary,
+        "fingerprint": gpu.fingerprint.as_dict(),
+        "versions": versions(),
+        "commit": os.environ.get("AUTOTUNE_COMMIT") or _git_commit(),
+    }
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["cuda"] = torch.version.cuda
+        info["cuda_device"] = torch.cuda.get_device_name()
+    except Exception as error:  # no torch: WGSL rows only
+        info["torch"] = f"unavailable: {error}"
+    try:
+        info["driver"] = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        info["driver"] = gpu.fingerprint.description
+    return info
+
+
+def _git_commit() -> str:
+    try:
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or "unknown"
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def geomean(values):
+    values = [v for v in values if v]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def run(shapes, out: Path | None) -> dict:
+    gpu = autotune.get_gpu()
+    report = {"provenance": provenance(gpu), "rows": []}
+    for shape in shapes:
+        problem = parse_shape(shape)
+        tflop = problem.flops / 1e12
+        reference = Reference(problem, seed=0)
+        row = {"shape": shape, "cublas_s": cublas_seconds(problem)}
+        tutorial = load_space("tiled").seed_configs(problem, gpu.limits)[0]
+        row["tiled"] = wgsl_seconds(tutorial, problem, gpu, True, reference)
+        for checks in (True, False):
+            kernel = autotune.lookup(problem.M, problem.N, problem.K, checks=checks, gpu=gpu)
+            result = wgsl_seconds(kernel.config, problem, gpu, checks, reference)
+            result["source"] = kernel.source
+            row["checks" if checks else "nochecks"] = result
+        for name in ("tiled", "checks", "nochecks"):
+            row[name]["tflops"] = tflop / row[name]["seconds"]
+            row[name]["ratio"] = row["cublas_s"] / row[name]["seconds"]
+        row["cublas_tflops"] = tflop / row["cublas_s"]
+        report["rows"].append(row)
+        print(_line(row), flush=True)
+        if out:
+            _save(report, out)
+    report["geomean"] = {
+        name: geomean([r[name]["ratio"] for r in report["rows"]])
+        for name in ("tiled", "checks", "nochecks")
+    }
+    if out:
+        _save(report, out)
+        _chart(report, out / "bench.png")
+    print(_table(report))
+    return report
+
+
+def _line(row) -> str:
+    return (
+        f"{row['shape']:>18} cuBLAS {row['cublas_tflops']:6.1f} TF/s | tiled "
+        f"{row['tiled']['ratio']:.2f} | checks {row['checks']['tflops']:6.1f} "
+        f"({row['checks']['ratio']:.2f}, {row['checks']['source']}) | no checks "
+        f"{row['nochecks']['tflops']:6.1f} ({row['nochecks']['ratio']:.2f}, "
+        f"{row['nochecks']['source']})"
+    )
+
+
+def _table(report) -> str:
+    p = report["provenance"]
+    lines = [
+        f"{p['device']}, driver {p.get('driver')}, wgpu {p['versions']}, {p['date']}",
+        "| shape | cuBLAS TFLOP/s | tiled 16x16 | autotune, checks on | autotune, checks off |",
+        "|---|---|---|---|---|",
+    ]
+    for r in report["rows"]:
+        lines.append(
+            f"| {r['shape']} | {r['cublas_tflops']:.1f} | {r['tiled']['tflops']:.1f} "
+            f"({r['tiled']['ratio']:.2f}x) | {r['checks']['tflops']:.1f} "
+            f"({r['checks']['ratio']:.2f}x) | {r['nochecks']['tflops']:.1f} "
+            f"({r['nochecks']['ratio']:.2f}x) |"
+        )
+    g = report.get("geomean", {})
+    if g:
+        lines.append(
+            f"| geometric mean of ratios | 1.00 | {g['tiled']:.2f}x | {g['checks']:.2f}x "
+            f"| {g['nochecks']:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def _save(report, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(report, indent=1))
+    (out / "bench.md").write_text(_table(report) + "\n")
+
+
+def _chart(report, path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    rows = report["rows"]
+    names = [r["shape"] for r in rows]
+    series = [
+        ("cuBLAS SGEMM", [r["cublas_tflops"] for r in rows]),
+        ("autotune, checks off", [r["nochecks"]["tflops"] for r in rows]),
+        ("autotune, checks on", [r["checks"]["tflops"] for r in rows]),
+        ("tiled 16x16 tutorial", [r["tiled"]["tflops"] for r in rows]),
+    ]
+    fig, ax = plt.subplots(figsize=(12, 5))
+    width = 0.2
+    for i, (label, values) in enumerate(series):
+        ax.bar([x + (i - 1.5) * width for x in range(len(rows))], values, width, label=label)
+    ax.set_xticks(range(len(rows)), names, rotation=30, ha="right")
+    ax.set_ylabel("TFLOP/s (f32)")
+    ax.set_title(f"f32 GEMM on {report['provenance']['device']}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shape", action="append", help="MxNxK (default: the whole suite)")
+    parser.add_argument("--out", type=Path, help="folder for bench.json, bench.md, bench.png")
+    args = parser.parse_args(argv)
+    run(args.shape or SUITE, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
