@@ -39,7 +39,9 @@ def test_seed_configs_are_correct_in_both_check_modes(gpu, template, problem):
 
 
 @pytest.mark.parametrize(
-    "problem", [Problem(130, 68, 36), Problem(67, 45, 37), Problem(3, 260, 8)], ids=str
+    "problem",
+    [Problem(130, 68, 36), Problem(67, 45, 37), Problem(3, 260, 8), Problem(128, 64, 64)],
+    ids=str,
 )
 @pytest.mark.parametrize("template", ["naive", "tiled", "blocked"])
 def test_sampled_valid_configs_compile_and_are_correct(gpu, template, problem):
