@@ -107,6 +107,7 @@ def measure(
     use_timestamps: bool | None = None,
     seed: int = 0,
     operands: tuple[np.ndarray, np.ndarray] | None = None,
+    warmup_s: float = 0.05,
 ) -> Measurement:
     """Time one dispatch of `compiled` on random data (see the module doc for the method).
 
@@ -136,6 +137,11 @@ def measure(
             one = (stamp if stamp else wall) / repeats
             repeats = _repeats_for(one, min_pass_s)
         passes = max(3, min(passes, int(budget_s / (one * repeats))))
+        # Keep the GPU busy a little before timing: after the host-side work between
+        # candidates (verification), clocks are down and the first passes run slow.
+        busy = 0.0
+        while busy < warmup_s:
+            busy += timer.run(repeats)[1]
         samples, walls = [], []
         for _ in range(passes):
             stamp, wall = timer.run(repeats)
