@@ -173,7 +173,7 @@ def _tune(args, problems, console: Console) -> int:
         with Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
-            TextColumn("{task.completed}/{task.total} trials"),
+            TextColumn("{task.fields[trials]} trials"),
             TextColumn("best {task.fields[best]}"),
             TextColumn("failed {task.fields[failed]}"),
             TimeElapsedColumn(),
@@ -181,14 +181,18 @@ def _tune(args, problems, console: Console) -> int:
             console=console,
             transient=False,
         ) as progress:
-            task = progress.add_task(problem.shape, total=trials, best="-", failed=0)
+            # The bar follows the trial budget, or the clock when only --timeout is given.
+            total = trials or args.timeout
+            budget = f"/{trials}" if trials else ""
+            task = progress.add_task(problem.shape, total=total, best="-", failed=0, trials="0")
 
-            def on_trial(event, task=task, problem=problem):
+            def on_trial(event, task=task, problem=problem, budget=budget):
                 result = event["result"]
                 best = result.best
                 progress.update(
                     task,
-                    completed=result.study_trials,
+                    completed=result.study_trials if budget else event["elapsed"],
+                    trials=f"{result.study_trials}{budget}",
                     failed=sum(result.failures.values()),
                     best=f"{best.measurement.gflops(problem.flops):.1f} GFLOP/s" if best else "-",
                 )
@@ -213,7 +217,7 @@ def _tune(args, problems, console: Console) -> int:
                 raise UsageError(f"argument --{error.field}: {error}") from None
             except ProblemError as error:
                 raise UsageError(f"argument --shape: {error}") from None
-            progress.update(task, completed=result.search.study_trials)
+            progress.update(task, completed=total, trials=f"{result.search.study_trials}{budget}")
         results.append(result)
     console.print(_summary(results))
     console.print(_configs(results))

@@ -85,3 +85,20 @@ def test_kernel_refuses_another_shape(gpu, cache_dir):
     kernel = autotune.lookup(8, 8, 8)
     with pytest.raises(ProblemError, match="this kernel computes 8x8x8"):
         kernel(np.ones((8, 9), np.float32), np.ones((9, 8), np.float32))
+
+
+@pytest.mark.parametrize(
+    "kwargs, field, words",
+    [
+        (dict(trials=0), "trials", "trials must be an integer >= 1, got 0"),
+        (dict(trials=None, timeout=None), "trials", "give trials, timeout or both"),
+        (dict(timeout=-1), "timeout", "timeout must be a number of seconds > 0"),
+        (dict(templates=["nope"]), "template", "template 'nope' is unknown; known: blocked"),
+        (dict(sampler="annealing"), "sampler", "sampler 'annealing' is unknown; known: tpe"),
+        (dict(storage="nosuchdb://x"), "storage", "storage 'nosuchdb://x' cannot be opened"),
+    ],
+)
+def test_tune_bad_arguments_name_the_field(kwargs, field, words):
+    with pytest.raises(autotune.TuneError, match=words) as raised:
+        autotune.tune(8, 8, 8, **kwargs)
+    assert raised.value.field == field

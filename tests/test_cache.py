@@ -72,13 +72,24 @@ def test_device_or_version_change_is_a_miss(tmp_path, change):
     )
 
 
-@pytest.mark.parametrize("change", [dict(M=65), dict(N=32), dict(K=128), dict(checks=False)])
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(M=65),
+        dict(N=32),
+        dict(K=128),
+        dict(checks=False),
+        dict(template="tiled"),
+        dict(template_hash="f" * 16),
+    ],
+)
 def test_problem_or_mode_change_is_a_miss(tmp_path, change):
     store = cache.DeviceCache(tmp_path, FINGERPRINT, VERSIONS)
     store.put(entry())
     key = replace(entry().key, **change)
     assert store.get(key) is None
-    assert store.best(key.problem, key.checks) is None
+    if "template" not in change and "template_hash" not in change:
+        assert store.best(key.problem, key.checks) is None
 
 
 def test_changed_template_is_never_served(tmp_path):
