@@ -6,7 +6,10 @@ kernel = autotune.lookup(M, N, K)             # .wgsl, .config, .source, callabl
 result = autotune.tune(M, N, K, trials=30)    # search, verify, time, cache
 """
 
+__version__ = "0.1.0"  # before the imports: export.py records it
+
 from .device import Gpu, NoAdapterError, get_gpu
+from .export import ExportError, export
 from .kernel import Kernel
 from .lookup import lookup, matmul
 from .problem import Problem, ProblemError
@@ -15,6 +18,7 @@ from .tune import TuneError, TuneResult, tune
 
 __all__ = [
     "Config",
+    "ExportError",
     "Gpu",
     "Kernel",
     "NoAdapterError",
@@ -22,9 +26,9 @@ __all__ = [
     "ProblemError",
     "TuneError",
     "TuneResult",
+    "export",
     "get_gpu",
     "lookup",
     "matmul",
     "tune",
 ]
-__version__ = "0.1.0"

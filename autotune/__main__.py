@@ -2,6 +2,7 @@
 
     python -m autotune tune --shape 256x256x256 --trials 30
     python -m autotune lookup --shape 256x256x256 --json
+    python -m autotune export --shape 256x256x256 --out kernels/ [--portable]
     python -m autotune devices
     python -m autotune demo
 
@@ -119,6 +120,21 @@ def build_parser() -> argparse.ArgumentParser:
     shape_options(lookup, many=False)
     lookup.add_argument("--json", action="store_true", help="print JSON instead of text")
     lookup.add_argument("--wgsl", action="store_true", help="print the kernel's WGSL")
+
+    export = commands.add_parser(
+        "export", help="write NAME.wgsl, NAME.json (manifest) and NAME.js for each shape"
+    )
+    shape_options(export, many=True)
+    export.add_argument("--out", required=True, metavar="DIR", help="folder for the bundles")
+    export.add_argument(
+        "--portable",
+        action="store_true",
+        help="only configs within WebGPU's default limits (16 KiB workgroup storage, 256 "
+        "invocations, 128 MiB per binding); tunes for one when none is cached",
+    )
+    export.add_argument(
+        "--trials", type=_positive_int, default=30, help="trials when --portable tunes (30)"
+    )
 
     commands.add_parser("devices", help="adapters: backend, features, limits, fingerprint")
     demo = commands.add_parser(
@@ -300,6 +316,30 @@ def _lookup(args, problems, console: Console) -> int:
     return 0
 
 
+def _export(args, problems, console: Console) -> int:
+    from .export import export
+    from .lookup import lookup
+    from .tune import tune
+
+    checks = args.checks == "on"
+    for problem in problems:
+        shape = (problem.M, problem.N, problem.K, problem.dtype)
+        try:
+            kernel = lookup(*shape, checks=checks, cache_dir=args.cache, portable=args.portable)
+            if args.portable and kernel.source != "exact":
+                console.print(f"{problem.shape}: no portable kernel cached; tuning one")
+                tune(*shape, trials=args.trials, checks=checks, cache_dir=args.cache, portable=True)
+                kernel = lookup(*shape, checks=checks, cache_dir=args.cache, portable=True)
+        except ProblemError as error:
+            raise UsageError(f"argument --shape: {error}") from None
+        paths = export(kernel, args.out)
+        console.print(
+            f"{problem.shape}: {kernel.config} ({kernel.source}) -> "
+            + ", ".join(str(p) for p in paths.values())
+        )
+    return 0
+
+
 def _devices(args, problems, console: Console) -> int:
     chosen = device_module.get_gpu()
     for adapter in device_module.list_adapters():
@@ -352,7 +392,13 @@ def _demo(args, problems, console: Console) -> int:
     return 0
 
 
-COMMANDS = {"tune": _tune, "lookup": _lookup, "devices": _devices, "demo": _demo}
+COMMANDS = {
+    "tune": _tune,
+    "lookup": _lookup,
+    "export": _export,
+    "devices": _devices,
+    "demo": _demo,
+}
 
 if __name__ == "__main__":
     sys.exit(main())

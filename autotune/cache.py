@@ -239,12 +239,13 @@ class DeviceCache:
     def get(self, key: Key) -> Entry | None:
         return self.entries().get(str(key))
 
-    def best(self, problem: Problem, checks: bool) -> Entry | None:
-        """The fastest entry over all templates for this exact problem and mode."""
+    def best(self, problem: Problem, checks: bool, accept=None) -> Entry | None:
+        """The fastest entry over all templates for this exact problem and mode (among
+        those `accept(entry)` allows, when given)."""
         matching = [
             e
             for e in self.entries().values()
-            if e.key.problem == problem and e.key.checks == checks
+            if e.key.problem == problem and e.key.checks == checks and (not accept or accept(e))
         ]
         return min(matching, key=lambda e: e.median_s, default=None)
 

@@ -50,6 +50,13 @@ WEBGPU_DEFAULT_LIMITS = {
     "max-storage-buffers-per-shader-stage": 8,
 }
 
+
+def portable_limits(limits: dict) -> dict:
+    """The limits a kernel must fit to run anywhere WebGPU runs: the smaller of the
+    device's and WebGPU's defaults (what a browser grants without asking)."""
+    return {name: min(int(value), WEBGPU_DEFAULT_LIMITS[name]) for name, value in limits.items()}
+
+
 # Optional features we ask for when the adapter has them.
 WANTED_FEATURES = ("timestamp-query", "shader-f16", "subgroup")
 

@@ -39,9 +39,11 @@ def check_operands(A: object, B: object) -> tuple[np.ndarray, np.ndarray, Proble
     return np.ascontiguousarray(A), np.ascontiguousarray(B), problem
 
 
-def check_fits(problem: Problem, gpu: Gpu) -> None:
-    """Raise ProblemError when a matrix of `problem` exceeds the device's buffer limits."""
-    limit = min(gpu.limits["max-storage-buffer-binding-size"], gpu.limits["max-buffer-size"])
+def check_fits(problem: Problem, gpu: Gpu, limits: dict | None = None) -> None:
+    """Raise ProblemError when a matrix of `problem` exceeds the buffer limits (the
+    device's, or `limits` such as WebGPU's defaults)."""
+    limits = limits or gpu.limits
+    limit = min(limits["max-storage-buffer-binding-size"], limits["max-buffer-size"])
     for name, rows, cols in (
         ("A", problem.M, problem.K),
         ("B", problem.K, problem.N),

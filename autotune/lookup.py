@@ -14,7 +14,7 @@ import numpy as np
 
 from . import cache
 from .compile import CompileError, compile_shader
-from .device import Gpu, get_gpu, versions
+from .device import Gpu, get_gpu, portable_limits, versions
 from .kernel import Kernel, check_fits, check_operands
 from .problem import Problem
 from .render import render
@@ -37,45 +37,58 @@ def _distance(a: Problem, b: Problem) -> float:
     return sum(abs(math.log(x / y)) for x, y in ((a.M, b.M), (a.N, b.N), (a.K, b.K)))
 
 
-def _nearest(problem: Problem, checks: bool, stores, gpu: Gpu) -> Kernel | None:
+def _fits(limits: dict, problem: Problem):
+    """accept(entry): its config is valid for `problem` within `limits`."""
+    return lambda entry: (
+        not load_space(entry.key.template).why_invalid(entry.config, problem, limits)
+    )
+
+
+def _nearest(problem: Problem, checks: bool, stores, gpu: Gpu, limits: dict) -> Kernel | None:
+    fits = _fits(limits, problem)  # e.g. vec4 loads need N % 4 == 0
     candidates = []
     for store in stores:
         for entry in store.entries().values():
             key = entry.key
-            if (key.checks, key.dtype, key.layout) != (checks, problem.dtype, problem.layout):
-                continue
-            if load_space(key.template).why_invalid(entry.config, problem, gpu.limits):
-                continue  # e.g. vec4 loads need N % 4 == 0
-            candidates.append((_distance(key.problem, problem), entry.median_s, entry))
+            if (key.checks, key.dtype, key.layout) == (checks, problem.dtype, problem.layout):
+                if fits(entry):
+                    candidates.append((_distance(key.problem, problem), entry.median_s, entry))
     for _, _, entry in sorted(candidates, key=lambda c: c[:2]):
         try:
             compiled = compile_shader(render(entry.config, problem), gpu, checks=checks)
         except CompileError:
             continue
-        if verify(compiled, gpu).ok:
+        if verify(compiled, gpu).ok:  # tuned for another shape: verified at this one
             kernel = Kernel(problem, entry.config, "nearest", checks=checks, gpu=gpu, entry=entry)
             kernel._compiled = compiled
             return kernel
     return None
 
 
-def default_kernel(problem: Problem, gpu: Gpu, checks: bool = True) -> Kernel:
+def default_kernel(
+    problem: Problem, gpu: Gpu, checks: bool = True, limits: dict | None = None
+) -> Kernel:
     """A sound untuned kernel: the first known-good config valid here."""
     for template in DEFAULT_TEMPLATES:
-        seeds = load_space(template).seed_configs(problem, gpu.limits)
+        seeds = load_space(template).seed_configs(problem, limits or gpu.limits)
         if seeds:
             return Kernel(problem, seeds[0], "default", checks=checks, gpu=gpu)
     raise ValueError(f"no kernel fits {problem} within this device's limits")
 
 
 @functools.lru_cache(maxsize=256)
-def _lookup(problem: Problem, checks: bool, cache_dir: str | None, gpu: Gpu) -> Kernel:
+def _lookup(
+    problem: Problem, checks: bool, cache_dir: str | None, gpu: Gpu, portable: bool
+) -> Kernel:
+    limits = portable_limits(gpu.limits) if portable else gpu.limits
     stores = _stores(gpu, cache_dir)
     for store in stores:
-        entry = store.best(problem, checks)
+        entry = store.best(problem, checks, accept=_fits(limits, problem))
         if entry is not None:
             return Kernel(problem, entry.config, "exact", checks=checks, gpu=gpu, entry=entry)
-    return _nearest(problem, checks, stores, gpu) or default_kernel(problem, gpu, checks)
+    return _nearest(problem, checks, stores, gpu, limits) or default_kernel(
+        problem, gpu, checks, limits
+    )
 
 
 def forget() -> None:
@@ -92,15 +105,18 @@ def lookup(
     checks: bool = True,
     cache_dir: str | Path | None = None,
     gpu: Gpu | None = None,
+    portable: bool = False,
 ) -> Kernel:
     """The best known kernel for C = A @ B with A of M x K and B of K x N, on this device.
 
     `kernel.source` is "exact", "nearest" or "default"; call it with NumPy arrays.
+    `portable` keeps to configs within WebGPU's default limits (for export).
     """
     problem = Problem(M, N, K, dtype)
     gpu = gpu or get_gpu()
-    check_fits(problem, gpu)
-    return _lookup(problem, bool(checks), str(cache_dir) if cache_dir else None, gpu)
+    check_fits(problem, gpu, portable_limits(gpu.limits) if portable else None)
+    folder = str(cache_dir) if cache_dir else None
+    return _lookup(problem, bool(checks), folder, gpu, bool(portable))
 
 
 def matmul(A: np.ndarray, B: np.ndarray, *, checks: bool = True) -> np.ndarray:

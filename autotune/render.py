@@ -48,7 +48,7 @@ class Shader:
         return x * y * z
 
 
-def _environment() -> jinja2.Environment:
+def jinja_environment() -> jinja2.Environment:
     folders = (data_path("templates"), *extra_template_folders())
     return _environment_for(tuple(str(f) for f in folders))
 
@@ -81,7 +81,7 @@ def render(config: Config, problem: Problem) -> Shader:
         raise ValueError(f"config {config} is invalid for {problem}: {reason}")
     values = space.context(config, problem)
     wgsl = (
-        _environment()
+        jinja_environment()
         .get_template(f"{config.template}.wgsl.j2")
         .render(elem=problem.wgsl_type, **values)
     )

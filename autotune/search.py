@@ -110,8 +110,11 @@ class SearchResult:
     study_name: str = ""
 
 
-def study_name(problem: Problem, templates: Sequence[str], checks: bool, gpu: Gpu) -> str:
-    """One study per device, problem, template set (and their content) and check mode."""
+def study_name(
+    problem: Problem, templates: Sequence[str], checks: bool, gpu: Gpu, portable: bool = False
+) -> str:
+    """One study per device, problem, template set (and their content), check mode and
+    space (the device's limits or WebGPU's defaults)."""
     parts = [
         gpu.fingerprint.slug,
         str(gpu.fingerprint.device_id),
@@ -120,6 +123,7 @@ def study_name(problem: Problem, templates: Sequence[str], checks: bool, gpu: Gp
         problem.layout,
         "checks" if checks else "nochecks",
     ]
+    parts += ["portable"] if portable else []
     parts += [f"{t}-{template_hash(t)}" for t in templates]
     return ":".join(parts)
 
@@ -176,6 +180,7 @@ def search(
     max_dispatch_s: float | None = None,
     on_trial: Progress | None = None,
     evaluator: Callable[[Config], Outcome] | None = None,
+    limits: dict | None = None,
 ) -> SearchResult:
     """Search the templates' spaces for the fastest correct kernel of `problem`.
 
@@ -184,14 +189,16 @@ def search(
     best so far, at least 1 s) is recorded as a timeout. `evaluator` replaces the GPU
     (render, compile, verify, time) by another source of Outcomes, e.g. a recorded table
     replayed to compare samplers; `gpu` then only lends its limits and fingerprint.
+    `limits` narrows the space to configs within them (e.g. WebGPU's defaults).
     """
     if trials is None and timeout is None:
         raise ValueError("give trials, timeout or both: the search needs a budget")
     start = time.monotonic()
-    valid = [c for t in templates for c in load_space(t).configs(problem, gpu.limits)]
+    limits = limits or gpu.limits
+    valid = [c for t in templates for c in load_space(t).configs(problem, limits)]
     if not valid:
         raise ValueError(f"no config of {', '.join(templates)} is valid for {problem} here")
-    name = study_name(problem, templates, checks, gpu)
+    name = study_name(problem, templates, checks, gpu, portable=limits != gpu.limits)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
         study_name=name,
@@ -204,7 +211,7 @@ def search(
     rng = np.random.default_rng(seed)
     if not study.trials:  # a new study: try the known-good configs first
         for template in templates:
-            for config in load_space(template).seed_configs(problem, gpu.limits):
+            for config in load_space(template).seed_configs(problem, limits):
                 study.enqueue_trial(_trial_params(config, templates))
     grid = iter(valid) if sampler == "grid" else None
     reference = None  # made at the first candidate that needs the GPU
@@ -231,7 +238,7 @@ def search(
             idle = 0
         trial = study.ask()
         config = _config_from_trial(trial, templates)
-        reason = load_space(config.template).why_invalid(config, problem, gpu.limits)
+        reason = load_space(config.template).why_invalid(config, problem, limits)
         if reason:
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             idle += 1

@@ -13,7 +13,7 @@ from pathlib import Path
 import optuna
 
 from . import cache
-from .device import Gpu, get_gpu, versions
+from .device import Gpu, get_gpu, portable_limits, versions
 from .kernel import check_fits
 from .problem import Problem
 from .search import SAMPLERS, Outcome, SearchResult, evaluate, search
@@ -94,8 +94,13 @@ def tune(
     seed: int | None = None,
     gpu: Gpu | None = None,
     on_trial=None,
+    portable: bool = False,
 ) -> TuneResult:
-    """Find the fastest correct kernel for this problem on this device and cache it."""
+    """Find the fastest correct kernel for this problem on this device and cache it.
+
+    `portable` searches only configs within WebGPU's default limits (for export to any
+    browser); their entries sit in the same cache, and lookup(portable=True) finds them.
+    """
     problem = Problem(M, N, K, dtype)
     templates = check_templates(templates)
     check_budget(trials, timeout)
@@ -103,7 +108,8 @@ def tune(
         raise TuneError("sampler", f"sampler {sampler!r} is unknown; known: {', '.join(SAMPLERS)}")
     storage_object = check_storage(storage)
     gpu = gpu or get_gpu()
-    check_fits(problem, gpu)
+    limits = portable_limits(gpu.limits) if portable else gpu.limits
+    check_fits(problem, gpu, limits)
     store = cache.DeviceCache(
         cache_dir or cache.default_cache_dir(), gpu.fingerprint.as_dict(), versions()
     )
@@ -149,6 +155,7 @@ def tune(
         storage=storage_object,
         seed=seed,
         on_trial=save_new_best,
+        limits=limits,
     )
     entry = None
     if result.best is not None:

@@ -1,0 +1,154 @@
+"""Export: a kernel as files other projects drop in: NAME.wgsl, NAME.json, NAME.js.
+
+The manifest (NAME.json) is all a consumer needs: entry point, workgroup size, bindings,
+the uniform layout, dispatch size, required features and limits beyond WebGPU's defaults,
+the shape it is for, and where it came from. NAME.js is an ES module embedding the WGSL
+and the manifest, with `createGemm(device)`. The kernel is verified on this device at its
+shape before anything is written: a wrong kernel is never exported.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from . import __version__ as autotune_version
+from .cache import today
+from .device import WEBGPU_DEFAULT_LIMITS, versions
+from .kernel import Kernel
+from .render import BINDINGS, ENTRY_POINT, UNIFORM_FIELDS, UNIFORM_SIZE, jinja_environment
+from .verify import verify
+
+FORMAT = 1
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,99}$")
+
+
+class ExportError(ValueError):
+    """The kernel cannot be exported (bad name, or it failed verification)."""
+
+
+def _camel(limit: str) -> str:
+    """'max-compute-workgroup-storage-size' -> 'maxComputeWorkgroupStorageSize' (JS names)."""
+    first, *rest = limit.split("-")
+    return first + "".join(word.capitalize() for word in rest)
+
+
+def default_name(kernel: Kernel) -> str:
+    p = kernel.problem
+    return f"gemm_{p.M}x{p.N}x{p.K}_{p.dtype}"
+
+
+def manifest(kernel: Kernel, name: str) -> dict:
+    """The manifest of `kernel`: see the module doc."""
+    shader, problem = kernel.shader, kernel.problem
+    vector = shader.vector_width
+    element = problem.wgsl_type if vector == 1 else f"vec{vector}<{problem.wgsl_type}>"
+    sizes = {
+        "A": problem.M * problem.K * problem.itemsize,
+        "B": problem.K * problem.N * problem.itemsize,
+        "C": problem.M * problem.N * problem.itemsize,
+    }
+    bindings = []
+    for number, binding_name, kind in BINDINGS:
+        entry = {"binding": number, "name": binding_name, "kind": kind}
+        if kind == "uniform":
+            entry.update(type="Dims", size_bytes=UNIFORM_SIZE)
+        else:
+            entry.update(
+                type=f"array<{element}>",
+                element=problem.wgsl_type,
+                vector_width=vector,
+                size_bytes=sizes[binding_name],
+            )
+        bindings.append(entry)
+    needs = {
+        "max-compute-workgroup-storage-size": shader.workgroup_storage,
+        "max-compute-invocations-per-workgroup": shader.invocations,
+        "max-compute-workgroup-size-x": shader.workgroup_size[0],
+        "max-compute-workgroup-size-y": shader.workgroup_size[1],
+        "max-compute-workgroups-per-dimension": max(shader.dispatch),
+        "max-storage-buffer-binding-size": max(sizes.values()),
+        "max-buffer-size": max(sizes.values()),
+    }
+    required = {_camel(k): v for k, v in needs.items() if v > WEBGPU_DEFAULT_LIMITS[k]}
+    entry = kernel.entry
+    gpu = kernel.gpu
+    return {
+        "name": name,
+        "format": FORMAT,
+        "computes": "C = A * B; A is M x K, B is K x N, C is M x N, all row-major",
+        "dtype": problem.dtype,
+        "shape": {"M": problem.M, "N": problem.N, "K": problem.K},
+        "valid_for": [{"M": problem.M, "N": problem.N, "K": problem.K}],
+        "entry_point": ENTRY_POINT,
+        "workgroup_size": list(shader.workgroup_size),
+        "dispatch": list(shader.dispatch),
+        "bindings": bindings,
+        "uniform": {
+            "binding": next(n for n, _, kind in BINDINGS if kind == "uniform"),
+            "size": UNIFORM_SIZE,
+            "fields": [{"name": f, "offset": o, "type": t} for f, o, t in UNIFORM_FIELDS],
+        },
+        "required_features": [],
+        "required_limits": required,
+        "workgroup_storage_bytes": shader.workgroup_storage,
+        "config": {"template": kernel.config.template, "params": kernel.config.as_dict()},
+        "provenance": {
+            "source": kernel.source,
+            "device": gpu.summary,
+            "fingerprint": gpu.fingerprint.as_dict(),
+            "driver": gpu.fingerprint.description,
+            "versions": versions() | {"autotune": autotune_version},
+            "runtime_checks": kernel.checks,
+            "tuned_for": entry.key.problem.shape if entry else None,
+            "gflops": entry.gflops if entry and kernel.source == "exact" else None,
+            "tuned_on": entry.date if entry else None,
+            "exported_on": today(),
+        },
+    }
+
+
+def _template(name: str):
+    return jinja_environment().get_template(name)
+
+
+def export(kernel: Kernel, out_dir: str | Path, name: str | None = None) -> dict[str, Path]:
+    """Write NAME.wgsl, NAME.json and NAME.js for `kernel` into `out_dir`; return the paths."""
+    name = name or default_name(kernel)
+    if not _NAME.match(name):
+        raise ExportError(f"name {name!r} must be a letter then letters, digits, '_' or '-'")
+    verdict = verify(kernel.compiled, kernel.gpu)
+    if not verdict.ok:
+        raise ExportError(f"{kernel.config} is wrong at {kernel.problem}: {verdict.reason}")
+    data = manifest(kernel, name)
+    provenance = data["provenance"]
+    header = _template("_export_header.wgsl.j2").render(
+        name=name,
+        dtype=kernel.problem.dtype,
+        config=str(kernel.config),
+        dispatch=data["dispatch"],
+        workgroup_size=data["workgroup_size"],
+        source=kernel.source,
+        device=provenance["device"],
+        gflops=provenance["gflops"],
+        checks=kernel.checks,
+        date=provenance["tuned_on"],
+        version=autotune_version,
+        **data["shape"],
+    )
+    wgsl = header + kernel.wgsl
+    module = _template("_export.js.j2").render(
+        name=name,
+        dtype=kernel.problem.dtype,
+        manifest_json=json.dumps(data, indent=1),
+        wgsl_json=json.dumps(wgsl),
+        **data["shape"],
+    )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"wgsl": out / f"{name}.wgsl", "json": out / f"{name}.json", "js": out / f"{name}.js"}
+    paths["wgsl"].write_text(wgsl)
+    paths["json"].write_text(json.dumps(data, indent=1) + "\n")
+    paths["js"].write_text(module)
+    return paths

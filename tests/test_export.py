@@ -1,0 +1,208 @@
+"""Export bundles: files, manifest, and a real browser (headless Chromium, WebGPU on
+SwiftShader, i.e. Dawn and Tint rather than wgpu and naga) running them unchanged."""
+
+import functools
+import http.server
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import autotune
+from autotune.__main__ import main
+from autotune.device import portable_limits
+from autotune.kernel import Kernel
+from autotune.problem import Problem
+from autotune.space import Config, load_space
+
+pytestmark = pytest.mark.gpu
+RUNNER = Path(__file__).parent / "browser"
+
+
+def blocked(**params):
+    base = dict(VEC=4, BM=64, TM=4, BN=64, TN=4, BK=16, PAD=0, UNROLL=1, DB=0)
+    return Config.make("blocked", base | params)
+
+
+def test_bundle_files_and_manifest(gpu, tmp_path):
+    kernel = autotune.lookup(70, 36, 44, portable=True)
+    paths = autotune.export(kernel, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "gemm_70x36x44_f32.js",
+        "gemm_70x36x44_f32.json",
+        "gemm_70x36x44_f32.wgsl",
+    ]
+    manifest = json.loads(paths["json"].read_text())
+    assert manifest["shape"] == {"M": 70, "N": 36, "K": 44} and manifest["entry_point"] == "main"
+    assert [(b["binding"], b["name"], b["kind"]) for b in manifest["bindings"]] == [
+        (0, "A", "read-only-storage"),
+        (1, "B", "read-only-storage"),
+        (2, "C", "storage"),
+        (3, "dims", "uniform"),
+    ]
+    assert [f["name"] for f in manifest["uniform"]["fields"]] == ["M", "N", "K", "pad"]
+    assert manifest["required_limits"] == {} and manifest["required_features"] == []
+    assert manifest["dispatch"] == list(kernel.shader.dispatch)
+    provenance = manifest["provenance"]
+    assert provenance["fingerprint"] == gpu.fingerprint.as_dict()
+    assert provenance["runtime_checks"] is True and provenance["versions"]["wgpu"]
+    wgsl = paths["wgsl"].read_text()
+    assert wgsl.startswith("// autotune GEMM kernel: C = A * B") and "70x44" in wgsl
+    assert not re.search(r"\{\{|\}\}|\{%|%\}|\{#", wgsl)
+    module = paths["js"].read_text()
+    assert "export async function createGemm(device)" in module
+    assert "export const manifest" in module and json.dumps(wgsl) in module
+
+
+def test_required_limits_are_listed_when_beyond_webgpu_defaults(gpu, tmp_path):
+    config = blocked(BM=128, TM=8, BN=128, TN=8, BK=32)  # 32 KiB of workgroup memory
+    problem = Problem(128, 128, 64)
+    if load_space("blocked").why_invalid(config, problem, gpu.limits):
+        pytest.skip("this adapter cannot run the large config")
+    paths = autotune.export(Kernel(problem, config, "default", gpu=gpu), tmp_path)
+    required = json.loads(paths["json"].read_text())["required_limits"]
+    assert required == {"maxComputeWorkgroupStorageSize": 32768}
+
+
+def test_bad_name_is_refused(gpu, tmp_path):
+    with pytest.raises(autotune.ExportError, match="name '../x'"):
+        autotune.export(autotune.lookup(4, 4, 4), tmp_path, name="../x")
+    assert not list(tmp_path.iterdir())
+
+
+def test_portable_lookup_stays_within_webgpu_defaults(gpu, cache_dir):
+    limits = portable_limits(gpu.limits)
+    for shape in [(256, 256, 256), (1, 512, 64), (1000, 17, 999)]:
+        kernel = autotune.lookup(*shape, portable=True)
+        assert (
+            load_space(kernel.config.template).why_invalid(kernel.config, kernel.problem, limits)
+            is None
+        )
+
+
+def test_cli_export(gpu, tmp_path, cache_dir):
+    out = tmp_path / "out"
+    assert (
+        main(
+            [
+                "export",
+                "--shape",
+                "20x12x8",
+                "--shape",
+                "1x16x5",
+                "--out",
+                str(out),
+                "--portable",
+                "--trials",
+                "3",
+            ]
+        )
+        == 0
+    )
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(
+        f"gemm_{s}_f32.{e}" for s in ("20x12x8", "1x16x5") for e in ("js", "json", "wgsl")
+    )
+    assert main(["export", "--shape", "0x1x1", "--out", str(out)]) == 2
+
+
+# --- the browser ----------------------------------------------------------------------
+
+BROWSER_CASES = [
+    (Problem(64, 48, 40), None),  # whatever lookup(portable=True) gives
+    (Problem(1, 33, 17), None),  # a vector times a matrix
+    (Problem(130, 68, 36), blocked(DB=1)),  # ragged tiles, double buffered
+    (Problem(128, 64, 64), blocked(DB=1, UNROLL=0)),  # whole tiles: no edge tests
+    (Problem(67, 45, 37), blocked(VEC=1, BM=32, TM=2, BN=32, TN=2, BK=8, PAD=1)),
+    (Problem(67, 45, 37), Config.make("tiled", dict(TX=16, TY=16, TK=16, PAD=1))),
+    (Problem(67, 45, 37), Config.make("naive", dict(WX=16, WY=8))),
+]
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def served(tmp_path):
+    """tmp_path served over http://127.0.0.1:PORT/ (module scripts need http, not file)."""
+    handler = functools.partial(_QuietHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield tmp_path, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def run_in_chromium(url: str, timeout: float = 240) -> list[str]:
+    """Console lines of `url` in headless Chromium with WebGPU on SwiftShader."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.fail("chromium is not installed (.ci/setup installs it)")
+    with tempfile.TemporaryDirectory() as profile:
+        command = [
+            browser,
+            "--headless=new",
+            "--no-sandbox",
+            "--enable-unsafe-webgpu",
+            "--use-webgpu-adapter=swiftshader",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            "--enable-logging=stderr",
+            url,
+        ]
+        process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace"
+        )
+        lines, deadline = [], time.monotonic() + timeout
+        try:
+            for line in process.stderr:
+                if "CONSOLE" in line or "AUTOTUNE" in line:
+                    lines.append(line)
+                if "AUTOTUNE_DONE" in line or time.monotonic() > deadline:
+                    break
+        finally:
+            process.kill()
+            process.wait(30)
+    return lines
+
+
+def test_exported_bundles_run_unchanged_in_chromium(gpu, served):
+    folder, base = served
+    names = []
+    for i, (problem, config) in enumerate(BROWSER_CASES):
+        kernel = (
+            autotune.lookup(problem.M, problem.N, problem.K, portable=True, gpu=gpu)
+            if config is None
+            else Kernel(problem, config, "default", gpu=gpu)
+        )
+        name = f"case{i}_{problem.M}x{problem.N}x{problem.K}"
+        autotune.export(kernel, folder, name=name)
+        names.append(name)
+    for file in ("runner.html", "runner.js"):
+        shutil.copy(RUNNER / file, folder / file)
+    lines = run_in_chromium(f"{base}/runner.html?bundles={','.join(names)}")
+    assert any("AUTOTUNE_DONE" in line for line in lines), "".join(lines[-20:])
+    adapter = next(line for line in lines if "AUTOTUNE_ADAPTER" in line)
+    assert "swiftshader" in adapter.lower()
+    results = {}
+    for line in lines:
+        match = re.search(r"AUTOTUNE_RESULT (\{.*\})", line)
+        if match:
+            result = json.loads(match.group(1).replace('\\"', '"'))
+            results[result["name"]] = result
+    assert sorted(results) == sorted(names)
+    for name, result in results.items():
+        assert result["ok"], f"{name}: {result}"
+        assert result["errors"] == []
