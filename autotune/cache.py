@@ -62,9 +62,10 @@ class Key:
     M: int
     N: int
     K: int
+    space: str = "device"  # "device": within the device's limits; "portable": WebGPU's
 
     @classmethod
-    def of(cls, problem: Problem, template: str, checks: bool) -> Key:
+    def of(cls, problem: Problem, template: str, checks: bool, portable: bool = False) -> Key:
         return cls(
             template,
             template_hash(template),
@@ -74,13 +75,14 @@ class Key:
             problem.M,
             problem.N,
             problem.K,
+            "portable" if portable else "device",
         )
 
     def __str__(self) -> str:
         checks = "checks" if self.checks else "nochecks"
         return (
             f"{self.template}:{self.template_hash}:{checks}:{self.dtype}:{self.layout}:"
-            f"{self.M}x{self.N}x{self.K}"
+            f"{self.space}:{self.M}x{self.N}x{self.K}"
         )
 
     @property
@@ -168,13 +170,15 @@ class Entry:
 
 def _parse_key(text: str) -> Key:
     parts = text.split(":") if isinstance(text, str) else []
-    if len(parts) != 6:
+    if len(parts) != 7:
         raise ValueError(f"malformed key {text!r}")
-    template, digest, checks, dtype, layout, shape = parts
+    template, digest, checks, dtype, layout, space, shape = parts
     if template not in template_names():
         raise ValueError(f"unknown template {template!r}")
     if checks not in ("checks", "nochecks"):
         raise ValueError(f"bad check mode {checks!r}")
+    if space not in ("device", "portable"):
+        raise ValueError(f"bad space {space!r}")
     sizes = shape.split("x")
     if len(sizes) != 3 or not all(s.isdigit() and len(s) < 11 for s in sizes):
         raise ValueError(f"bad shape {shape!r}")
@@ -191,6 +195,7 @@ def _parse_key(text: str) -> Key:
         problem.M,
         problem.N,
         problem.K,
+        space,
     )
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 import functools
 import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 
 import jinja2
+import jinja2.meta
 
 from .data import data_path, extra_template_folders, template_sources
 from .problem import Problem
@@ -64,13 +66,25 @@ def _environment_for(folders: tuple[str, ...]) -> jinja2.Environment:
 
 
 def template_hash(template: str) -> str:
-    """Hash of a template's text, the files it can include, and its search space: part of
+    """Hash of a template's text, the files it includes, and its search space: part of
     every cache key, so an edited template is never served from an old entry."""
     wgsl, space = template_sources()[template]
     digest = hashlib.sha256()
-    for path in [wgsl, space, *sorted(data_path("templates").glob("_*.wgsl.j2"))]:
+    for path in [wgsl, space, *_included(wgsl)]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def _included(path) -> list:
+    """The template files `path` includes, directly or not, in name order."""
+    environment, found, todo = jinja_environment(), {}, [path.read_text()]
+    while todo:
+        for name in jinja2.meta.find_referenced_templates(environment.parse(todo.pop())):
+            if name and name not in found:
+                source = environment.loader.get_source(environment, name)
+                found[name] = source[1]
+                todo.append(source[0])
+    return [Path(found[name]) for name in sorted(found)]
 
 
 def render(config: Config, problem: Problem) -> Shader:

@@ -119,7 +119,7 @@ def tune(
     def entry_for(outcome: Outcome, result: SearchResult) -> cache.Entry:
         m = outcome.measurement
         return cache.Entry(
-            key=cache.Key.of(problem, outcome.config.template, checks),
+            key=cache.Key.of(problem, outcome.config.template, checks, portable),
             params=outcome.config.as_dict(),
             median_s=m.median_s,
             p20_s=m.p20_s,
@@ -161,7 +161,7 @@ def tune(
     if result.best is not None:
         entry = entry_for(result.best, result)
         store.put(entry)
-        entry = store.best(problem, checks) or entry
+        entry = store.get(entry.key) or entry  # a faster config stored earlier stays
     from .lookup import forget  # the in-process lookup memo must see the new entry
 
     forget()

@@ -81,6 +81,7 @@ def test_device_or_version_change_is_a_miss(tmp_path, change):
         dict(checks=False),
         dict(template="tiled"),
         dict(template_hash="f" * 16),
+        dict(space="portable"),
     ],
 )
 def test_problem_or_mode_change_is_a_miss(tmp_path, change):
@@ -88,7 +89,7 @@ def test_problem_or_mode_change_is_a_miss(tmp_path, change):
     store.put(entry())
     key = replace(entry().key, **change)
     assert store.get(key) is None
-    if "template" not in change and "template_hash" not in change:
+    if not {"template", "template_hash", "space"} & set(change):
         assert store.best(key.problem, key.checks) is None
 
 
@@ -144,10 +145,12 @@ def test_bad_entries_are_skipped_not_served(tmp_path, mangle):
 @pytest.mark.parametrize(
     "key",
     [
-        "../../etc:x:checks:f32:nn:1x1x1",
-        "blocked:h:checks:f32:nn:1x1x1x1",
-        "blocked:h:maybe:f32:nn:1x1x1",
-        "blocked:h:checks:f64:nn:1x1x1",
+        "../../etc:x:checks:f32:nn:device:1x1x1",
+        "blocked:h:checks:f32:nn:device:1x1x1x1",
+        "blocked:h:checks:f32:nn:1x1x1",
+        "blocked:h:checks:f32:nn:anywhere:1x1x1",
+        "blocked:h:maybe:f32:nn:device:1x1x1",
+        "blocked:h:checks:f64:nn:device:1x1x1",
     ],
 )
 def test_malformed_keys_are_refused(key):

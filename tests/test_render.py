@@ -68,3 +68,13 @@ def test_edge_tests_only_where_tiles_are_ragged():
     ragged = render(config, Problem(130, 132, 68)).wgsl
     for test in ("row0 + ar0 < M", "colv0 + bc0 < NV", "kn + br0 < K", "r < M"):
         assert test not in whole and test in ragged
+
+
+def test_template_hash_ignores_files_the_template_does_not_include(tmp_path, monkeypatch):
+    (tmp_path / "mine.wgsl.j2").write_text('{% include "_bindings.wgsl.j2" %}\n')
+    (tmp_path / "mine.toml").write_text("[params]\nX = [1]\n")
+    (tmp_path / "_unrelated.wgsl.j2").write_text("// one\n")
+    monkeypatch.setenv("AUTOTUNE_TEMPLATE_PATH", str(tmp_path))
+    before = template_hash("mine")
+    (tmp_path / "_unrelated.wgsl.j2").write_text("// two\n")
+    assert template_hash("mine") == before
