@@ -1,6 +1,7 @@
 """Export bundles: files, manifest, and a real browser (headless Chromium, WebGPU on
 SwiftShader, i.e. Dawn and Tint rather than wgpu and naga) running them unchanged."""
 
+import base64
 import functools
 import http.server
 import json
@@ -194,15 +195,36 @@ def test_exported_bundles_run_unchanged_in_chromium(gpu, served):
         shutil.copy(RUNNER / file, folder / file)
     lines = run_in_chromium(f"{base}/runner.html?bundles={','.join(names)}")
     assert any("AUTOTUNE_DONE" in line for line in lines), "".join(lines[-20:])
-    adapter = next(line for line in lines if "AUTOTUNE_ADAPTER" in line)
-    assert "swiftshader" in adapter.lower()
-    results = {}
-    for line in lines:
-        match = re.search(r"AUTOTUNE_RESULT (\{.*\})", line)
-        if match:
-            result = json.loads(match.group(1).replace('\\"', '"'))
-            results[result["name"]] = result
+    messages = [re.search(r"(AUTOTUNE_\w+) ([A-Za-z0-9+/=]+)", line) for line in lines]
+    decoded = [(m[1], json.loads(base64.b64decode(m[2]))) for m in messages if m]
+    adapter = next(value for tag, value in decoded if tag == "AUTOTUNE_ADAPTER")
+    assert adapter["architecture"] == "swiftshader", adapter
+    results = {value["name"]: value for tag, value in decoded if tag == "AUTOTUNE_RESULT"}
     assert sorted(results) == sorted(names)
     for name, result in results.items():
         assert result["ok"], f"{name}: {result}"
         assert result["errors"] == []
+
+
+def test_the_browser_check_catches_broken_bundles(gpu, served):
+    """The harness must be able to fail: a bundle that skips most of C, and one whose
+    manifest binds C read-only (a WebGPU validation error)."""
+    folder, base = served
+    kernel = Kernel(Problem(40, 36, 24), blocked(BM=16, TM=2, BN=16, TN=4), "default", gpu=gpu)
+    for name in ("short", "readonly"):
+        autotune.export(kernel, folder, name=name)
+    short = folder / "short.js"
+    short.write_text(
+        short.read_text().replace('"dispatch": [\n  3,\n  3,', '"dispatch": [\n  1,\n  1,')
+    )
+    readonly = folder / "readonly.js"
+    readonly.write_text(
+        readonly.read_text().replace('"kind": "storage"', '"kind": "read-only-storage"')
+    )
+    for file in ("runner.html", "runner.js"):
+        shutil.copy(RUNNER / file, folder / file)
+    lines = run_in_chromium(f"{base}/runner.html?bundles=short,readonly")
+    messages = [re.search(r"AUTOTUNE_RESULT ([A-Za-z0-9+/=]+)", line) for line in lines]
+    results = {r["name"]: r for r in (json.loads(base64.b64decode(m[1])) for m in messages if m)}
+    assert not results["short"]["ok"] and results["short"]["errors"] == []
+    assert not results["readonly"]["ok"] and results["readonly"]["errors"]

@@ -1,8 +1,11 @@
 // Runs exported autotune bundles (?bundles=name1,name2) through their own createGemm/encode
-// on random data and compares C with a float64 reference. Reports on the console:
-//   AUTOTUNE_RESULT {json}   one line per bundle
-//   AUTOTUNE_DONE            at the end
-const report = (result) => console.log("AUTOTUNE_RESULT " + JSON.stringify(result));
+// on random data and compares C with a float64 reference. Reports on the console, with
+// the JSON base64-encoded so that Chromium's quoting of console lines cannot mangle it:
+//   AUTOTUNE_ADAPTER <base64 json>
+//   AUTOTUNE_RESULT <base64 json>   one line per bundle
+//   AUTOTUNE_DONE                   at the end
+const say = (tag, value) => console.log(`${tag} ${btoa(JSON.stringify(value))}`);
+const report = (result) => say("AUTOTUNE_RESULT", result);
 
 function randomMatrix(count, seed) {
   // xorshift32: deterministic values in [-1, 1)
@@ -35,8 +38,9 @@ function worstError(C, A, B, M, N, K) {
   return worst;
 }
 
-async function runBundle(name, adapter) {
+async function runBundle(name) {
   const { createGemm, manifest } = await import(`./${name}.js`);
+  const adapter = await navigator.gpu.requestAdapter();  // an adapter gives one device
   const device = await adapter.requestDevice({ requiredLimits: manifest.required_limits });
   const uncaptured = [];
   device.addEventListener("uncapturederror", (event) => uncaptured.push(event.error.message));
@@ -74,10 +78,11 @@ const adapter = await navigator.gpu?.requestAdapter();
 if (!adapter) {
   report({ name: "*", ok: false, errors: ["no WebGPU adapter"] });
 } else {
-  console.log("AUTOTUNE_ADAPTER " + JSON.stringify(adapter.info || {}));
+  const { vendor, architecture, device, description } = adapter.info || {};
+  say("AUTOTUNE_ADAPTER", { vendor, architecture, device, description });
   for (const name of names) {
     try {
-      report(await runBundle(name, adapter));
+      report(await runBundle(name));
     } catch (error) {
       report({ name, ok: false, errors: [String(error)] });
     }
