@@ -35,7 +35,7 @@ from .space import Config, load_space
 from .verify import Reference, verify
 
 SAMPLERS = ("tpe", "random", "grid")
-MAX_IDLE_ASKS = 200  # proposals in a row that need no GPU before we pick one ourselves
+MAX_IDLE_ASKS = 50  # invalid proposals in a row before we pick a config ourselves
 
 
 @dataclass(frozen=True)
@@ -216,7 +216,7 @@ def search(
     grid = iter(valid) if sampler == "grid" else None
     reference = None  # made at the first candidate that needs the GPU
     result = SearchResult(problem, None, 0, 0, study_name=name)
-    idle = 0
+    idle, repeat = 0, None
     while True:
         history = _history(study)
         result.study_trials = len(history)
@@ -226,9 +226,11 @@ def search(
             break
         if len(history) >= len(valid):
             break  # the whole space is measured
-        if grid is not None or idle >= MAX_IDLE_ASKS:
+        neighbour = repeat and _unmeasured_neighbour(repeat, valid, history, rng)
+        if grid is not None or idle >= MAX_IDLE_ASKS or (repeat and not neighbour):
             # Choose an unmeasured valid config ourselves: in order for grid, at random
-            # when the sampler keeps proposing invalid or measured points.
+            # when the sampler keeps proposing invalid points or measured ones with no
+            # unmeasured neighbour.
             pool = grid if grid is not None else iter(rng.permutation(len(valid)).tolist())
             for item in pool:
                 config = item if grid is not None else valid[item]
@@ -236,6 +238,11 @@ def search(
                     study.enqueue_trial(_trial_params(config, templates))
                     break
             idle = 0
+        elif neighbour:
+            # The sampler proposed a measured config (TPE does, once it converges): measure
+            # an unmeasured neighbour instead, a config differing in one parameter.
+            study.enqueue_trial(_trial_params(neighbour, templates))
+        repeat = None
         trial = study.ask()
         config = _config_from_trial(trial, templates)
         reason = load_space(config.template).why_invalid(config, problem, limits)
@@ -245,7 +252,7 @@ def search(
             continue
         if str(config) in history:  # measured before: its result, no GPU time
             _tell(study, trial, history[str(config)])
-            idle += 1
+            repeat = config
             continue
         # Claim the config, then look again: of two processes that claimed the same
         # config at once, the one with the later trial number backs off.
@@ -279,6 +286,19 @@ def search(
     result.best = _study_best(study, result.best)
     result.seconds = time.monotonic() - start
     return result
+
+
+def _unmeasured_neighbour(config: Config, valid, history, rng) -> Config | None:
+    """A random unmeasured valid config that differs from `config` in one parameter."""
+    params = config.as_dict()
+    near = [
+        c
+        for c in valid
+        if c.template == config.template
+        and str(c) not in history
+        and sum(v != params[k] for k, v in c.params) == 1
+    ]
+    return near[rng.integers(len(near))] if near else None
 
 
 def _history(study: optuna.Study) -> dict[str, float | None]:

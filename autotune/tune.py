@@ -6,6 +6,7 @@ killed tune keeps every result it had finished.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,15 +52,24 @@ def check_templates(templates: Sequence[str] | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(templates))
 
 
-def check_storage(storage: str | None):
-    """Open an Optuna storage URL now, so a bad one fails before any tuning."""
+def check_storage(storage: str | None, attempts: int = 5):
+    """Open an Optuna storage URL now, so a bad one fails before any tuning.
+
+    Workers started together on a new database race to create its tables (one of them
+    fails on a unique constraint); a few retries let the loser open what the winner made.
+    """
     if storage is None:
         return None
-    try:
-        return optuna.storages.get_storage(storage)
-    except Exception as error:
-        message = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise TuneError("storage", f"storage {storage!r} cannot be opened: {message}") from None
+    for attempt in range(attempts):
+        try:
+            return optuna.storages.get_storage(storage)
+        except Exception as error:
+            if attempt == attempts - 1:
+                message = str(error).splitlines()[0] if str(error) else type(error).__name__
+                raise TuneError(
+                    "storage", f"storage {storage!r} cannot be opened: {message}"
+                ) from None
+            time.sleep(0.2 * 2**attempt)
 
 
 def check_budget(trials: int | None, timeout: float | None) -> None:

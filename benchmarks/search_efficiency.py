@@ -85,8 +85,13 @@ def replay(args) -> None:
     table = json.loads(Path(args.table).read_text())
     problem = parse_shape(table["problem"])
     device = Recorded(table["limits"], Fingerprint(**table["fingerprint"]))
+    templates = args.template or table["templates"]
     results = table["results"]
-    times = {k: v["seconds"] for k, v in results.items() if v["seconds"] is not None}
+    times = {
+        k: v["seconds"]
+        for k, v in results.items()
+        if v["seconds"] is not None and v["template"] in templates
+    }
     best = min(times.values())
     good = {k for k, s in times.items() if s <= 1.05 * best}
 
@@ -97,9 +102,12 @@ def replay(args) -> None:
         s = row["seconds"]
         return Outcome(config, Measurement(s, s, s, "timestamp", 1, 1, s), error=0.0)
 
+    order = [k for k in results if results[k]["template"] in templates]  # enumeration order
     report = {
         "table": args.table,
-        "configs": len(results),
+        "templates": templates,
+        "configs": len(order),
+        "exhaustive_first_within_5pct": 1 + next(i for i, k in enumerate(order) if k in good),
         "within_5pct": len(good),
         "best_s": best,
         "budget": args.budget,
@@ -119,7 +127,7 @@ def replay(args) -> None:
             search(
                 problem,
                 device,
-                templates=table["templates"],
+                templates=templates,
                 trials=args.budget,
                 sampler=sampler,
                 seed=seed,
@@ -137,10 +145,13 @@ def replay(args) -> None:
             "trials_needed": needed,
         }
         print(sampler, report["samplers"][sampler], flush=True)
-    out = Path(args.table).with_name(Path(args.table).stem.replace("table-", "replay-") + ".json")
+    suffix = "-" + "-".join(args.template) if args.template else ""
+    stem = Path(args.table).stem.replace("table-", "replay-") + suffix
+    out = Path(args.table).with_name(stem + ".json")
     out.write_text(json.dumps(report, indent=1))
     print(
-        f"{len(results)} configs, {len(good)} within 5% of the best ({best * 1e3:.3f} ms); "
+        f"{len(order)} configs, {len(good)} within 5% of the best ({best * 1e3:.3f} ms), the "
+        f"first of them #{report['exhaustive_first_within_5pct']} in enumeration order; "
         f"written {out}"
     )
 
@@ -155,6 +166,7 @@ def main(argv=None) -> int:
     rep.add_argument("table")
     rep.add_argument("--runs", type=int, default=20)
     rep.add_argument("--budget", type=int, default=300)
+    rep.add_argument("--template", action="append", help="replay only these templates")
     args = parser.parse_args(argv)
     {"record": record, "replay": replay}[args.command](args)
     return 0

@@ -169,3 +169,59 @@ def test_two_processes_share_one_study(gpu, tmp_path):
     from autotune.verify import verify
 
     assert verify(kernel.compiled, gpu).ok
+
+
+class _Recorded:
+    """Stands in for the Gpu when the evaluator replaces it: limits and fingerprint only."""
+
+    def __init__(self):
+        from autotune.device import WEBGPU_DEFAULT_LIMITS, Fingerprint
+
+        self.limits = dict(WEBGPU_DEFAULT_LIMITS)
+        self.fingerprint = Fingerprint("Test", "test", "replay", "none", 0, 0, "CPU")
+
+
+def _synthetic_seconds(config):
+    """A smooth made-up cost with one best config, to replay searches without a GPU."""
+    p = config.as_dict()
+    return 1e-3 * (
+        1
+        + abs(p["BM"] - 64) / 64
+        + abs(p["BN"] - 64) / 64
+        + abs(p["TM"] - 4) / 4
+        + abs(p["TN"] - 4) / 4
+        + (p["VEC"] != 4)
+        + p["PAD"] * 0.1
+    )
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random"])
+def test_replayed_search_is_frugal_with_proposals(sampler):
+    """No GPU: a recorded cost replaces it. The sampler's repeats are replaced by
+    unmeasured neighbours, so proposals stay few per measured trial and none is measured
+    twice, and TPE gets close to the best."""
+    from autotune.measure import Measurement
+    from autotune.search import Outcome
+
+    def evaluator(config):
+        s = _synthetic_seconds(config)
+        return Outcome(config, Measurement(s, s, s, "timestamp", 1, 1, s), error=0.0)
+
+    problem = Problem(256, 256, 256)
+    storage = optuna.storages.InMemoryStorage()
+    result = search(
+        problem,
+        _Recorded(),
+        templates=["blocked"],
+        trials=80,
+        sampler=sampler,
+        seed=0,
+        storage=storage,
+        evaluator=evaluator,
+    )
+    study = optuna.load_study(study_name=result.study_name, storage=storage)
+    measured = [t.user_attrs["config"] for t in measured_trials(study)]
+    assert len(measured) == len(set(measured)) == result.measured == 80
+    assert len(study.trials) < 4 * 80
+    if sampler == "tpe":
+        assert result.best.measurement.median_s <= 1.3e-3
