@@ -216,9 +216,12 @@ def search(
     grid = iter(valid) if sampler == "grid" else None
     reference = None  # made at the first candidate that needs the GPU
     result = SearchResult(problem, None, 0, 0, study_name=name)
-    idle, repeat = 0, None
+    idle, repeat, refreshed = 0, None, -math.inf
     while True:
-        history = _history(study)
+        # Re-read the study (other processes' results) at most once a second: with many
+        # pruned proposals, reading it on every ask would cost more than the search.
+        if time.monotonic() - refreshed > 1.0:
+            history, refreshed = _history(study), time.monotonic()
         result.study_trials = len(history)
         if trials is not None and len(history) >= trials:
             break
@@ -275,6 +278,7 @@ def search(
             )
         _record(trial, outcome)
         _tell(study, trial, outcome.measurement.median_s if outcome.ok else None)
+        history[str(config)] = outcome.measurement.median_s if outcome.ok else None
         result.measured += 1
         if not outcome.ok:
             result.failures[outcome.reason] += 1
