@@ -5,8 +5,10 @@ import base64
 import functools
 import http.server
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -148,7 +150,8 @@ def run_in_chromium(url: str, timeout: float = 240) -> list[str]:
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         pytest.fail("chromium is not installed (.ci/setup installs it)")
-    with tempfile.TemporaryDirectory() as profile:
+    # Chromium's helper processes may still write the profile while they exit.
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile:
         command = [
             browser,
             "--headless=new",
@@ -164,7 +167,12 @@ def run_in_chromium(url: str, timeout: float = 240) -> list[str]:
             url,
         ]
         process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace"
+            command,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            start_new_session=True,  # its own process group: killed whole below
         )
         lines, deadline = [], time.monotonic() + timeout
         try:
@@ -174,7 +182,7 @@ def run_in_chromium(url: str, timeout: float = 240) -> list[str]:
                 if "AUTOTUNE_DONE" in line or time.monotonic() > deadline:
                     break
         finally:
-            process.kill()
+            os.killpg(process.pid, signal.SIGKILL)
             process.wait(30)
     return lines
 
