@@ -35,10 +35,6 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _shape(text: str):
-    return text  # parsed later with the dtype, so the error names --shape
-
-
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -68,7 +64,6 @@ def build_parser() -> argparse.ArgumentParser:
             "--shape",
             action="append" if many else "store",
             required=True,
-            type=_shape,
             metavar="MxNxK",
             help="problem size: C (MxN) = A (MxK) @ B (KxN)" + (" (repeatable)" if many else ""),
         )
@@ -140,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser(
         "demo", help="render, verify and time each template's default kernel for one shape"
     )
-    demo.add_argument("--shape", default="256x256x256", type=_shape, metavar="MxNxK")
+    demo.add_argument("--shape", default="256x256x256", metavar="MxNxK")
     return parser
 
 
@@ -148,6 +143,7 @@ def _problems(args) -> list:
     shape = getattr(args, "shape", None)
     shapes = shape if isinstance(shape, list) else [shape] if shape else []
     try:
+        # parsed here rather than by argparse, with --dtype, so the error names --shape
         return [parse_shape(s, args.dtype if hasattr(args, "dtype") else "f32") for s in shapes]
     except ProblemError as error:
         raise UsageError(f"argument --shape: {error}") from None

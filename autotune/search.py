@@ -181,6 +181,7 @@ def search(
     on_trial: Progress | None = None,
     evaluator: Callable[[Config], Outcome] | None = None,
     limits: dict | None = None,
+    reference: Reference | None = None,
 ) -> SearchResult:
     """Search the templates' spaces for the fastest correct kernel of `problem`.
 
@@ -190,6 +191,7 @@ def search(
     (render, compile, verify, time) by another source of Outcomes, e.g. a recorded table
     replayed to compare samplers; `gpu` then only lends its limits and fingerprint.
     `limits` narrows the space to configs within them (e.g. WebGPU's defaults).
+    `reference` is the data candidates are checked against (made here when not given).
     """
     if trials is None and timeout is None:
         raise ValueError("give trials, timeout or both: the search needs a budget")
@@ -214,7 +216,6 @@ def search(
             for config in load_space(template).seed_configs(problem, limits):
                 study.enqueue_trial(_trial_params(config, templates))
     grid = iter(valid) if sampler == "grid" else None
-    reference = None  # made at the first candidate that needs the GPU
     result = SearchResult(problem, None, 0, 0, study_name=name)
     idle, repeat, refreshed = 0, None, -math.inf
     while True:

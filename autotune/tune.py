@@ -19,6 +19,7 @@ from .kernel import check_fits
 from .problem import Problem
 from .search import SAMPLERS, Outcome, SearchResult, evaluate, search
 from .space import load_space, template_names
+from .verify import Reference
 
 TEMPLATES = ("blocked", "tiled", "naive")
 BASELINE_TEMPLATE = "tiled"  # its first seed is the tutorial 16x16 kernel
@@ -83,9 +84,11 @@ def check_budget(trials: int | None, timeout: float | None) -> None:
         raise TuneError("trials", "give trials, timeout or both")
 
 
-def baseline(problem: Problem, gpu: Gpu, checks: bool) -> Outcome | None:
+def baseline(problem: Problem, gpu: Gpu, checks: bool, reference: Reference) -> Outcome | None:
     seeds = load_space(BASELINE_TEMPLATE).seed_configs(problem, gpu.limits)
-    return evaluate(seeds[0], problem, gpu, checks=checks) if seeds else None
+    if not seeds:
+        return None
+    return evaluate(seeds[0], problem, gpu, checks=checks, reference=reference)
 
 
 def tune(
@@ -123,7 +126,8 @@ def tune(
     store = cache.DeviceCache(
         cache_dir or cache.default_cache_dir(), gpu.fingerprint.as_dict(), versions()
     )
-    base = baseline(problem, gpu, checks)
+    reference = Reference(problem, seed)  # one float64 reference for baseline and search
+    base = baseline(problem, gpu, checks, reference)
     base_s = base.measurement.median_s if base and base.ok else None
 
     def entry_for(outcome: Outcome, result: SearchResult) -> cache.Entry:
@@ -166,6 +170,7 @@ def tune(
         seed=seed,
         on_trial=save_new_best,
         limits=limits,
+        reference=reference,
     )
     entry = None
     if result.best is not None:
