@@ -53,6 +53,23 @@ def test_sampled_valid_configs_compile_and_are_correct(gpu, template, problem):
         assert verdict.ok, f"{config}: {verdict.reason}"
 
 
+@pytest.mark.parametrize("problem", [Problem(130, 68, 36), Problem(67, 44, 40)], ids=str)
+@pytest.mark.parametrize("checks", [True, False], ids=["checks", "nochecks"])
+def test_transposed_a_and_banded_order_are_correct(gpu, problem, checks):
+    """AT (A staged transposed, 4x4 blocks) and GROUP (tiles taken in bands) change the
+    indexing most; ragged shapes exercise every edge test and a partial last band."""
+    configs = [
+        c
+        for c in load_space("blocked").configs(problem, gpu.limits)
+        if c["AT"] == 1 or c["GROUP"] > 1
+    ]
+    assert any(c["AT"] and c["GROUP"] > 1 for c in configs)
+    for config in random.Random(4).sample(configs, 6):
+        compiled = compile_shader(render(config, problem), gpu, checks=checks)
+        verdict = verify(compiled, gpu)
+        assert verdict.ok, f"{config}: {verdict.reason}"
+
+
 def test_configs_declared_invalid_by_limits_are_refused(gpu):
     """Configs outside the device's limits never run: wgpu refuses too many invocations
     itself; workgroup storage over the limit it accepts (wgpu-native 29 does not check
