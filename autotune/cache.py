@@ -17,6 +17,7 @@ import math
 import os
 import tempfile
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -289,14 +290,18 @@ class DeviceCache:
 
     # --- writing ---------------------------------------------------------------------
 
-    def put(self, entry: Entry) -> bool:
-        """Store `entry` unless another config is stored for its key and is faster."""
+    def put(self, entry: Entry, replacing: Sequence[dict] = ()) -> bool:
+        """Store `entry` unless another config is stored for its key and is faster.
+
+        `replacing`: params whose stored timing `entry` supersedes (a tuner's own
+        provisional bests, timed again at its end): they never keep `entry` out.
+        """
         self.folder.mkdir(parents=True, exist_ok=True)
         with filelock.FileLock(str(self.path) + ".lock"):
             data = self._load() or {}
             entries = data.get("entries", {})
             old = entries.get(str(entry.key))
-            if isinstance(old, dict) and _is_faster(old, entry):
+            if isinstance(old, dict) and _is_faster(old, entry, replacing):
                 return False
             entries[str(entry.key)] = entry.to_json()
             data = {
@@ -321,13 +326,17 @@ class DeviceCache:
             raise
 
 
-def _is_faster(old: dict, new: Entry) -> bool:
+def _is_faster(old: dict, new: Entry, replacing: Sequence[dict] = ()) -> bool:
     """True when the stored entry is another config that measured faster (it stays)."""
     try:
         stored = Entry.from_json(str(new.key), old)
     except (ValueError, SpaceError):
         return False
-    return stored.params != new.params and stored.median_s < new.median_s
+    return (
+        stored.params != new.params
+        and stored.params not in replacing
+        and stored.median_s < new.median_s
+    )
 
 
 def today() -> str:

@@ -108,6 +108,7 @@ def measure(
     seed: int = 0,
     operands: tuple[np.ndarray, np.ndarray] | None = None,
     warmup_s: float = 0.05,
+    max_warmup_s: float = 0.4,
 ) -> Measurement:
     """Time one dispatch of `compiled` on random data (see the module doc for the method).
 
@@ -137,11 +138,19 @@ def measure(
             one = (stamp if stamp else wall) / repeats
             repeats = _repeats_for(one, min_pass_s)
         passes = max(3, min(passes, int(budget_s / (one * repeats))))
-        # Keep the GPU busy a little before timing: after the host-side work between
-        # candidates (verification), clocks are down and the first passes run slow.
-        busy = 0.0
-        while busy < warmup_s:
-            busy += timer.run(repeats)[1]
+        # Keep the GPU busy until its clocks are up: after the host-side work between
+        # candidates (compile, verification) they are down, and on the H200 they took
+        # longer than a few short passes to come back (the first candidate of a 4096^3
+        # search measured at half speed). Warm for at least `warmup_s`, then until three
+        # passes in a row are no faster than the best one (2% slack), at most
+        # `max_warmup_s`.
+        busy, fastest, steady = 0.0, math.inf, 0
+        while busy < max_warmup_s and (busy < warmup_s or steady < 3):
+            stamp, wall = timer.run(repeats)
+            busy += wall
+            seconds = stamp if stamp is not None else wall
+            steady = steady + 1 if seconds >= 0.98 * fastest else 0
+            fastest = min(fastest, seconds)
         samples, walls = [], []
         for _ in range(passes):
             stamp, wall = timer.run(repeats)

@@ -36,6 +36,7 @@ from .verify import Reference, verify
 
 SAMPLERS = ("tpe", "random", "grid")
 MAX_IDLE_ASKS = 50  # invalid proposals in a row before we pick a config ourselves
+FINALISTS = 4  # the study's fastest configs, timed again back to back at the end of tune
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,7 @@ class SearchResult:
     failures: Counter = field(default_factory=Counter)  # reason -> count, this process
     seconds: float = 0.0
     study_name: str = ""
+    finalists: list[Config] = field(default_factory=list)  # the study's fastest, best first
 
 
 def study_name(
@@ -289,8 +291,20 @@ def search(
             on_trial({"outcome": outcome, "result": result, "elapsed": time.monotonic() - start})
     result.study_trials = len(_history(study))
     result.best = _study_best(study, result.best)
+    result.finalists = _fastest_configs(study, FINALISTS)
     result.seconds = time.monotonic() - start
     return result
+
+
+def _fastest_configs(study: optuna.Study, count: int) -> list[Config]:
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    configs = []
+    for trial in sorted(complete, key=lambda t: t.value):
+        if "params" in trial.user_attrs:
+            config = Config.make(trial.user_attrs["template"], trial.user_attrs["params"])
+            if config not in configs:
+                configs.append(config)
+    return configs[:count]
 
 
 def _unmeasured_neighbour(config: Config, valid, history, rng) -> Config | None:

@@ -14,12 +14,15 @@ from pathlib import Path
 import optuna
 
 from . import cache
+from .compile import compile_shader
 from .device import Gpu, get_gpu, portable_limits, versions
 from .kernel import check_fits
+from .measure import Measurement, measure
 from .problem import Problem
+from .render import render
 from .search import SAMPLERS, Outcome, SearchResult, evaluate, search
-from .space import load_space, template_names
-from .verify import Reference
+from .space import Config, load_space, template_names
+from .verify import Reference, verify
 
 TEMPLATES = ("blocked", "tiled", "naive")
 BASELINE_TEMPLATE = "tiled"  # its first seed is the tutorial 16x16 kernel
@@ -91,6 +94,36 @@ def baseline(problem: Problem, gpu: Gpu, checks: bool, reference: Reference) -> 
     return evaluate(seeds[0], problem, gpu, checks=checks, reference=reference)
 
 
+def retime(
+    configs: Sequence[Config], problem: Problem, gpu: Gpu, checks: bool, reference: Reference
+) -> Outcome | None:
+    """Time the search's fastest configs again, back to back, and return the fastest.
+
+    Each candidate of the search was timed once, after host-side work (compile,
+    verification) that lets the GPU's clocks drop; on the H200 a config sometimes
+    measured at half its speed. Here the finalists are compiled and verified first, the
+    GPU is kept busy, and each is timed in two rounds; its time is the faster round.
+    """
+    ready = []
+    for config in configs:
+        compiled = compile_shader(render(config, problem), gpu, checks=checks)
+        verdict = verify(compiled, gpu, reference=reference)
+        if verdict.ok:  # verified during the search too: this is a second look
+            ready.append((config, compiled, verdict.error))
+    if not ready:
+        return None
+    operands = (reference.A, reference.B)
+    measure(ready[0][1], gpu, operands=operands, warmup_s=0.3)  # clocks up; not used
+    fastest: dict[Config, Measurement] = {}
+    for _ in range(2):
+        for config, compiled, _ in ready:
+            m = measure(compiled, gpu, operands=operands)
+            if config not in fastest or m.median_s < fastest[config].median_s:
+                fastest[config] = m
+    config, compiled, error = min(ready, key=lambda item: fastest[item[0]].median_s)
+    return Outcome(config, fastest[config], error=error, compile_s=compiled.seconds)
+
+
 def tune(
     M: int,
     N: int,
@@ -148,13 +181,13 @@ def tune(
             date=cache.today(),
         )
 
-    best_stored: list[float] = []
+    provisional: list[dict] = []  # params of the bests stored while searching
 
     def save_new_best(event: dict) -> None:
         outcome, result = event["outcome"], event["result"]
         if outcome.ok and outcome is result.best:
             store.put(entry_for(outcome, result))
-            best_stored.append(outcome.measurement.median_s)
+            provisional.append(outcome.config.as_dict())
         if on_trial:
             on_trial(event)
 
@@ -173,9 +206,11 @@ def tune(
         reference=reference,
     )
     entry = None
+    if len(result.finalists) > 1:
+        result.best = retime(result.finalists, problem, gpu, checks, reference) or result.best
     if result.best is not None:
         entry = entry_for(result.best, result)
-        store.put(entry)
+        store.put(entry, replacing=provisional)
         entry = store.get(entry.key) or entry  # a faster config stored earlier stays
     from .lookup import forget  # the in-process lookup memo must see the new entry
 

@@ -58,6 +58,18 @@ def test_faster_entry_of_another_config_is_kept(tmp_path):
     assert store.put(entry(median_s=2e-3, seed=0))  # same config re-measured: updated
 
 
+def test_a_provisional_timing_gives_way_to_the_timing_that_supersedes_it(tmp_path):
+    """tune stores each new best as it searches, then times the finalists again: its own
+    provisional entry, even if its first number was lower, does not keep the result out."""
+    store = cache.DeviceCache(tmp_path, FINGERPRINT, VERSIONS)
+    provisional = entry(median_s=1e-3, seed=0)
+    store.put(provisional)
+    final = entry(median_s=2e-3, seed=1)
+    assert not store.put(final)
+    assert store.put(final, replacing=[provisional.params])
+    assert store.get(final.key).params == final.params
+
+
 @pytest.mark.parametrize(
     "change",
     ["backend", "vendor", "device", "description", "vendor_id", "device_id", "wgpu", "wgpu_native"],

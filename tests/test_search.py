@@ -11,8 +11,10 @@ import optuna
 import pytest
 
 import autotune
+from autotune import cache
+from autotune.device import versions
 from autotune.problem import Problem
-from autotune.search import search, study_name
+from autotune.search import FINALISTS, search, study_name
 from autotune.space import Config, load_space
 
 pytestmark = pytest.mark.gpu
@@ -55,6 +57,25 @@ def test_wrong_kernel_is_never_cached(gpu, faulty_templates, cache_dir):
     )
     assert result.entry.config == Config.make("faulty", {"MODE": 0})
     assert '"MODE": 2' not in result.cache_path.read_text()
+
+
+def test_tune_times_its_finalists_again_and_caches_the_fastest(gpu, cache_dir):
+    storage = optuna.storages.InMemoryStorage()
+    result = autotune.tune(
+        48, 40, 32, templates=["blocked"], trials=6, seed=2, cache_dir=cache_dir, storage=storage
+    )
+    finalists = result.search.finalists
+    assert 2 <= len(finalists) <= FINALISTS and len(set(finalists)) == len(finalists)
+    study = optuna.load_study(study_name=result.search.study_name, storage=storage)
+    searched = {t.user_attrs["config"]: t.value for t in measured_trials(study) if t.value}
+    assert [searched[str(c)] for c in finalists] == sorted(searched.values())[: len(finalists)]
+    assert result.entry.config in finalists
+    # the cached time is the second look, not the search's first one
+    assert result.entry.median_s != searched[str(result.entry.config)]
+    assert (
+        cache.DeviceCache(cache_dir, gpu.fingerprint.as_dict(), versions()).get(result.entry.key)
+        == result.entry
+    )
 
 
 def test_invalid_configs_cost_nothing_and_nothing_is_measured_twice(gpu):
