@@ -6,7 +6,10 @@ compile (the sampler learns to avoid it, the budget does not pay for it); a conf
 already measured in the study, by this process or another on the same storage, is told
 its earlier result without touching the GPU. A candidate that fails to compile, exceeds
 a limit, computes a wrong result or is hopelessly slow is a value with a reason
-(`compile`, `limits`, `wrong`, `timeout`, `crashed`), recorded on its trial.
+(`compile`, `limits`, `wrong`, `timeout`, `crashed`, `device-lost`), recorded on its
+trial and told to Optuna as a failure, so the study never proposes it for measuring again.
+Candidates run in a worker process (autotune.worker): a hang, a crash or a lost device
+costs that one trial and a restart of the worker.
 
 The budget (`trials`) counts measured trials of the whole study, so a killed `tune` on
 a persistent storage resumes where it stopped, and several processes share one budget.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+import secrets
 import socket
 import time
 import warnings
@@ -33,6 +37,7 @@ from .problem import Problem
 from .render import render, template_hash
 from .space import Config, load_space
 from .verify import Reference, verify
+from .worker import CANDIDATE_S, Worker
 
 SAMPLERS = ("tpe", "random", "grid")
 MAX_IDLE_ASKS = 50  # invalid proposals in a row before we pick a config ourselves
@@ -44,7 +49,8 @@ class Outcome:
 
     config: Config
     measurement: Measurement | None = None
-    reason: str = ""  # "" when it worked; else compile, limits, wrong, timeout, crashed
+    reason: str = ""  # "" when it worked; else compile, limits, wrong, timeout, crashed,
+    # device-lost
     detail: str = ""
     error: float = math.nan  # relative error at verification
     compile_s: float = 0.0
@@ -181,7 +187,8 @@ def search(
     on_trial: Progress | None = None,
     evaluator: Callable[[Config], Outcome] | None = None,
     limits: dict | None = None,
-    reference: Reference | None = None,
+    worker: Worker | None = None,
+    candidate_timeout: float = CANDIDATE_S,
 ) -> SearchResult:
     """Search the templates' spaces for the fastest correct kernel of `problem`.
 
@@ -191,10 +198,20 @@ def search(
     (render, compile, verify, time) by another source of Outcomes, e.g. a recorded table
     replayed to compare samplers; `gpu` then only lends its limits and fingerprint.
     `limits` narrows the space to configs within them (e.g. WebGPU's defaults).
-    `reference` is the data candidates are checked against (made here when not given).
+    Candidates run in `worker` (prepared for this problem and check mode; without one, a
+    worker is started here and stopped at the end); one that gives no answer within
+    `candidate_timeout` seconds is a `timeout` and the worker is restarted.
     """
+    arguments = dict(locals())
     if trials is None and timeout is None:
         raise ValueError("give trials, timeout or both: the search needs a budget")
+    if evaluator is None and worker is None:
+        # our own worker, stopped when the search ends (however it ends)
+        with Worker(gpu.fingerprint.as_dict()) as own:
+            own.prepare(problem, reference_seed(seed), checks)
+            return search(**(arguments | {"worker": own}))
+    if worker is not None and (worker.setup is None or worker.setup[::2] != (problem, checks)):
+        raise ValueError(f"the worker is not prepared for {problem} with checks={checks}")
     start = time.monotonic()
     limits = limits or gpu.limits
     valid = [c for t in templates for c in load_space(t).configs(problem, limits)]
@@ -210,11 +227,11 @@ def search(
         load_if_exists=True,
     )
     _fail_interrupted(study)
-    rng = np.random.default_rng(seed)
     if not study.trials:  # a new study: try the known-good configs first
         for template in templates:
             for config in load_space(template).seed_configs(problem, limits):
                 study.enqueue_trial(_trial_params(config, templates))
+    rng = np.random.default_rng(seed)
     grid = iter(valid) if sampler == "grid" else None
     result = SearchResult(problem, None, 0, 0, study_name=name)
     idle, repeat, refreshed = 0, None, -math.inf
@@ -273,24 +290,29 @@ def search(
         if evaluator is not None:
             outcome = evaluator(config)
         else:
-            reference = reference or Reference(problem, seed)
-            outcome = evaluate(
-                config, problem, gpu, checks=checks, max_dispatch_s=limit, reference=reference
-            )
+            outcome = worker.evaluate(config, max_dispatch_s=limit, timeout_s=candidate_timeout)
         _record(trial, outcome)
-        _tell(study, trial, outcome.measurement.median_s if outcome.ok else None)
         history[str(config)] = outcome.measurement.median_s if outcome.ok else None
         result.measured += 1
         if not outcome.ok:
             result.failures[outcome.reason] += 1
         elif result.best is None or outcome.measurement.median_s < best_s:
             result.best = outcome
+        # The caller stores a new best (tune: in the cache) before the trial is told
+        # finished: killed in between, the trial counts as interrupted and is measured
+        # again, so no finished result is ever missing from the cache.
         if on_trial:
             on_trial({"outcome": outcome, "result": result, "elapsed": time.monotonic() - start})
+        _tell(study, trial, outcome.measurement.median_s if outcome.ok else None)
     result.study_trials = len(_history(study))
     result.best = _study_best(study, result.best)
     result.seconds = time.monotonic() - start
     return result
+
+
+def reference_seed(seed: int | None) -> int:
+    """The seed of the verification data: given, or random (kept across worker restarts)."""
+    return seed if seed is not None else secrets.randbits(32)
 
 
 def _unmeasured_neighbour(config: Config, valid, history, rng) -> Config | None:

@@ -17,9 +17,9 @@ from . import cache
 from .device import Gpu, get_gpu, portable_limits, versions
 from .kernel import check_fits
 from .problem import Problem
-from .search import SAMPLERS, Outcome, SearchResult, evaluate, search
+from .search import SAMPLERS, Outcome, SearchResult, reference_seed, search
 from .space import load_space, template_names
-from .verify import Reference
+from .worker import CANDIDATE_S, Worker
 
 TEMPLATES = ("blocked", "tiled", "naive")
 BASELINE_TEMPLATE = "tiled"  # its first seed is the tutorial 16x16 kernel
@@ -84,11 +84,12 @@ def check_budget(trials: int | None, timeout: float | None) -> None:
         raise TuneError("trials", "give trials, timeout or both")
 
 
-def baseline(problem: Problem, gpu: Gpu, checks: bool, reference: Reference) -> Outcome | None:
+def baseline(problem: Problem, gpu: Gpu, worker: Worker, timeout_s: float) -> Outcome | None:
+    """The tutorial tiled 16x16 kernel, measured like any candidate (in the worker)."""
     seeds = load_space(BASELINE_TEMPLATE).seed_configs(problem, gpu.limits)
     if not seeds:
         return None
-    return evaluate(seeds[0], problem, gpu, checks=checks, reference=reference)
+    return worker.evaluate(seeds[0], timeout_s=timeout_s)
 
 
 def tune(
@@ -108,11 +109,14 @@ def tune(
     gpu: Gpu | None = None,
     on_trial=None,
     portable: bool = False,
+    candidate_timeout: float = CANDIDATE_S,
 ) -> TuneResult:
     """Find the fastest correct kernel for this problem on this device and cache it.
 
     `portable` searches only configs within WebGPU's default limits (for export to any
     browser); their entries sit in the same cache, and lookup(portable=True) finds them.
+    Each candidate runs in a worker process; one that does not finish within
+    `candidate_timeout` seconds is recorded as a `timeout` and the worker restarted.
     """
     problem = Problem(M, N, K, dtype)
     templates = check_templates(templates)
@@ -126,57 +130,60 @@ def tune(
     store = cache.DeviceCache(
         cache_dir or cache.default_cache_dir(), gpu.fingerprint.as_dict(), versions()
     )
-    reference = Reference(problem, seed)  # one float64 reference for baseline and search
-    base = baseline(problem, gpu, checks, reference)
-    base_s = base.measurement.median_s if base and base.ok else None
+    with Worker(gpu.fingerprint.as_dict()) as worker:
+        # one float64 reference, in the worker, for the baseline and the search
+        worker.prepare(problem, reference_seed(seed), checks)
+        base = baseline(problem, gpu, worker, candidate_timeout)
+        base_s = base.measurement.median_s if base and base.ok else None
 
-    def entry_for(outcome: Outcome, result: SearchResult) -> cache.Entry:
-        m = outcome.measurement
-        return cache.Entry(
-            key=cache.Key.of(problem, outcome.config.template, checks, portable),
-            params=outcome.config.as_dict(),
-            median_s=m.median_s,
-            p20_s=m.p20_s,
-            p80_s=m.p80_s,
-            method=m.method,
-            gflops=m.gflops(problem.flops),
-            error=outcome.error,
-            baseline_s=base_s,
-            trials=result.study_trials,
-            failures=dict(result.failures),
-            tuning_s=result.seconds,
-            date=cache.today(),
+        def entry_for(outcome: Outcome, result: SearchResult) -> cache.Entry:
+            m = outcome.measurement
+            return cache.Entry(
+                key=cache.Key.of(problem, outcome.config.template, checks, portable),
+                params=outcome.config.as_dict(),
+                median_s=m.median_s,
+                p20_s=m.p20_s,
+                p80_s=m.p80_s,
+                method=m.method,
+                gflops=m.gflops(problem.flops),
+                error=outcome.error,
+                baseline_s=base_s,
+                trials=result.study_trials,
+                failures=dict(result.failures),
+                tuning_s=result.seconds,
+                date=cache.today(),
+            )
+
+        best_stored: list[float] = []
+
+        def save_new_best(event: dict) -> None:
+            outcome, result = event["outcome"], event["result"]
+            if outcome.ok and outcome is result.best:
+                store.put(entry_for(outcome, result))
+                best_stored.append(outcome.measurement.median_s)
+            if on_trial:
+                on_trial(event)
+
+        result = search(
+            problem,
+            gpu,
+            templates=templates,
+            trials=trials,
+            timeout=timeout,
+            checks=checks,
+            sampler=sampler,
+            storage=storage_object,
+            seed=seed,
+            on_trial=save_new_best,
+            limits=limits,
+            worker=worker,
+            candidate_timeout=candidate_timeout,
         )
-
-    best_stored: list[float] = []
-
-    def save_new_best(event: dict) -> None:
-        outcome, result = event["outcome"], event["result"]
-        if outcome.ok and outcome is result.best:
-            store.put(entry_for(outcome, result))
-            best_stored.append(outcome.measurement.median_s)
-        if on_trial:
-            on_trial(event)
-
-    result = search(
-        problem,
-        gpu,
-        templates=templates,
-        trials=trials,
-        timeout=timeout,
-        checks=checks,
-        sampler=sampler,
-        storage=storage_object,
-        seed=seed,
-        on_trial=save_new_best,
-        limits=limits,
-        reference=reference,
-    )
-    entry = None
-    if result.best is not None:
-        entry = entry_for(result.best, result)
-        store.put(entry)
-        entry = store.get(entry.key) or entry  # a faster config stored earlier stays
+        entry = None
+        if result.best is not None:
+            entry = entry_for(result.best, result)
+            store.put(entry)
+            entry = store.get(entry.key) or entry  # a faster config stored earlier stays
     from .lookup import forget  # the in-process lookup memo must see the new entry
 
     forget()
