@@ -1,0 +1,139 @@
+"""Faults during tuning cost one trial each: a hang, a crashed worker, a lost device.
+
+The faults are real: the test-only `faulty` template (tests/faulty) hangs the GPU with
+MODE=6 (65535 x 65535 workgroups), and the test-only hooks of autotune/faults.py make the
+worker process abort (SIGABRT) or destroy its own device before a candidate.
+"""
+
+import json
+import os
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+import autotune
+from autotune import faults
+from autotune.problem import Problem
+from autotune.search import search
+from autotune.space import Config
+from autotune.worker import Worker, WorkerError
+
+pytestmark = pytest.mark.gpu
+
+PROBLEM = Problem(20, 20, 16)  # M not a multiple of the 8x8 tile: MODE 7 writes past C
+
+
+def faulty(mode: int) -> Config:
+    return Config.make("faulty", {"MODE": mode})
+
+
+def workers_of_this_process() -> list[int]:
+    """Live worker processes started by this test process (Linux /proc)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            status = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(status[1]) == os.getpid() and status[0] != "Z" and b"autotune.worker" in command:
+            found.append(int(pid))
+    return found
+
+
+@pytest.fixture
+def planned_faults(monkeypatch):
+    """Plan worker faults by config (see autotune/faults.py)."""
+
+    def plan(**by_config):
+        monkeypatch.setenv(faults.ENV, json.dumps(by_config))
+
+    return plan
+
+
+def test_hang_crash_and_lost_device_each_cost_one_trial(
+    gpu, faulty_templates, planned_faults, tmp_path
+):
+    planned_faults(**{"faulty MODE=9": "abort", "faulty MODE=10": "lose-device"})
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    started = time.monotonic()
+    result = search(
+        PROBLEM,
+        gpu,
+        templates=["faulty"],
+        trials=11,
+        sampler="grid",
+        storage=url,
+        max_dispatch_s=0.05,
+        candidate_timeout=3.0,
+    )
+    assert result.measured == 11 and result.best.config == faulty(0)
+    study = optuna.load_study(study_name=result.study_name, storage=url)
+    trials = {t.user_attrs["params"]["MODE"]: t for t in study.trials if "reason" in t.user_attrs}
+    reasons = {mode: trial.user_attrs["reason"] for mode, trial in trials.items()}
+    assert reasons == {
+        0: "",
+        1: "compile",
+        2: "wrong",
+        3: "wrong",
+        4: "timeout",  # too slow: cut by max_dispatch_s
+        5: "compile",
+        6: "timeout",  # no answer: the worker was killed
+        7: "wrong",
+        8: "wrong",
+        9: "crashed",
+        10: "device-lost",
+    }
+    assert "SIGABRT" in trials[9].user_attrs["detail"]
+    assert "lost" in trials[10].user_attrs["detail"]
+    failed = [t for mode, t in trials.items() if mode != 0]
+    assert all(t.state == optuna.trial.TrialState.FAIL for t in failed)
+    hang = trials[6]
+    assert (hang.datetime_complete - hang.datetime_start).total_seconds() < 3.0 + 5.0
+    assert time.monotonic() - started < 60
+    assert workers_of_this_process() == []  # the search stopped its worker
+    # The study never proposes a failed config again: a second run measures nothing.
+    again = search(PROBLEM, gpu, templates=["faulty"], trials=30, sampler="tpe", storage=url)
+    assert again.measured == 0 and again.best.config == faulty(0)
+
+
+def test_faulty_candidates_never_reach_the_cache(gpu, faulty_templates, planned_faults, cache_dir):
+    planned_faults(**{"faulty MODE=9": "abort", "faulty MODE=10": "lose-device"})
+    result = autotune.tune(
+        *(PROBLEM.M, PROBLEM.N, PROBLEM.K),
+        templates=["faulty"],
+        trials=11,
+        sampler="grid",
+        cache_dir=cache_dir,
+        candidate_timeout=3.0,
+    )
+    assert result.entry.config == faulty(0)
+    assert result.search.failures["timeout"] >= 1  # MODE 6 at least (4 may pass here)
+    assert {"crashed", "device-lost", "compile", "wrong"} <= set(result.search.failures)
+    stored = json.loads(result.cache_path.read_text())["entries"]
+    assert [e["params"] for e in stored.values()] == [{"MODE": 0}]
+    kernel = autotune.lookup(*(PROBLEM.M, PROBLEM.N, PROBLEM.K), cache_dir=cache_dir)
+    assert kernel.source == "exact" and kernel.config == faulty(0)
+
+
+def test_worker_restarts_after_each_fault_and_keeps_working(gpu, faulty_templates, planned_faults):
+    planned_faults(**{"faulty MODE=9": "abort", "faulty MODE=10": "lose-device"})
+    with Worker(gpu.fingerprint.as_dict()) as worker:
+        worker.prepare(PROBLEM, 1, True)
+        first = worker.pid
+        assert workers_of_this_process() == [first]  # (the check below can see a worker)
+        for mode, reason in ((6, "timeout"), (9, "crashed"), (10, "device-lost")):
+            assert worker.evaluate(faulty(mode), timeout_s=2.0).reason == reason
+            assert worker.process is None  # gone: stopped or died, never left spinning
+            outcome = worker.evaluate(faulty(0), timeout_s=30.0)
+            assert outcome.ok, outcome.detail
+        assert worker.starts == 4 and worker.pid != first
+    assert workers_of_this_process() == []
+
+
+def test_worker_on_another_adapter_is_refused(gpu):
+    other = dict(gpu.fingerprint.as_dict(), device="Some Other GPU")
+    with Worker(other) as worker, pytest.raises(WorkerError, match="another"):
+        worker.prepare(PROBLEM, 1, True)
