@@ -11,6 +11,7 @@ schema is moved aside with a warning and treated as empty.
 from __future__ import annotations
 
 import datetime
+import glob
 import hashlib
 import json
 import math
@@ -23,6 +24,7 @@ from pathlib import Path
 import filelock
 import platformdirs
 
+from . import faults
 from .data import data_path, in_checkout
 from .problem import Problem, ProblemError
 from .render import template_hash
@@ -293,6 +295,7 @@ class DeviceCache:
         """Store `entry` unless another config is stored for its key and is faster."""
         self.folder.mkdir(parents=True, exist_ok=True)
         with filelock.FileLock(str(self.path) + ".lock"):
+            self._remove_stale_temps()
             data = self._load() or {}
             entries = data.get("entries", {})
             old = entries.get(str(entry.key))
@@ -308,6 +311,12 @@ class DeviceCache:
             self._write_atomic(data)
         return True
 
+    def _remove_stale_temps(self) -> None:
+        """Temp files are made only under the lock: one seen while we hold it was left by a
+        writer that was killed before its os.replace."""
+        for temp in self.folder.glob(glob.escape(self.path.name) + "*.tmp"):
+            temp.unlink(missing_ok=True)
+
     def _write_atomic(self, data: dict) -> None:
         handle, temp = tempfile.mkstemp(dir=self.folder, prefix=self.path.name, suffix=".tmp")
         try:
@@ -315,6 +324,7 @@ class DeviceCache:
                 json.dump(data, file, indent=1)
                 file.flush()
                 os.fsync(file.fileno())
+            faults.pause(faults.planned("cache-write"))  # test-only: killed right here
             os.replace(temp, self.path)
         except BaseException:
             Path(temp).unlink(missing_ok=True)

@@ -132,8 +132,11 @@ class Worker:
     def __enter__(self) -> Worker:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, kind, *exc) -> None:
+        if kind is None:
+            self.close()
+        else:  # interrupted (Ctrl-C) or failing: do not wait for the worker's candidate
+            self._stop()
 
     @property
     def pid(self) -> int | None:

@@ -1,10 +1,7 @@
 """The search on the real adapter: budgets, failures as values, resume, shared studies."""
 
-import os
-import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 
 import optuna
@@ -115,33 +112,6 @@ def _count_measured(url, name):
         return len(measured_trials(optuna.load_study(study_name=name, storage=url)))
     except KeyError:
         return 0
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
-def test_killed_tune_continues_the_same_study(gpu, tmp_path, how):
-    url = f"sqlite:///{tmp_path / 'study.db'}"
-    problem = Problem(32, 32, 32)
-    name = study_name(problem, ["blocked"], True, gpu)
-    process = subprocess.Popen(
-        _tune_command(tmp_path, "32x32x32", 12, url),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 120
-    while _count_measured(url, name) < 3 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    os.kill(process.pid, how)
-    process.wait(60)
-    before = _count_measured(url, name)
-    assert 3 <= before < 12
-    done = subprocess.run(
-        _tune_command(tmp_path, "32x32x32", 12, url), capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr
-    assert _count_measured(url, name) == 12
-    kernel = autotune.lookup(32, 32, 32, cache_dir=tmp_path / "cache")
-    assert kernel.source == "exact"
 
 
 @pytest.mark.slow
