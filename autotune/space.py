@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .data import template_sources
-from .problem import Problem
+from .problem import Problem, ProblemError
 
 # Derived quantity -> the adapter limit it must not exceed.
 LIMITED = {
@@ -291,6 +291,11 @@ class Space:
             env[rule.name] = rule.function(env)
         return env
 
+    def first_config(self, problem: Problem, limits=None) -> Config | None:
+        """Some valid config (the first in enumeration order), found without listing all."""
+        params = next(self._enumerate(problem, limits), None)
+        return None if params is None else Config.make(self.template, params)
+
     def seed_configs(self, problem: Problem, limits=None) -> list[Config]:
         """The file's known-good configs that are valid for this problem, in file order."""
         seeds = [Config.make(self.template, s) for s in self.seeds]
@@ -325,3 +330,25 @@ def load_space(template: str) -> Space:
 @functools.cache
 def _load_space(template: str, path: Path) -> Space:
     return Space.from_toml(path.read_text(), template)
+
+
+def check_runnable(problem: Problem, limits: Mapping[str, int], templates) -> None:
+    """Raise ProblemError naming the device limit when no config of `templates` can run
+    `problem` within `limits` (e.g. more than 65535 workgroups in a dimension for every
+    tile size). Such problems are refused, not split."""
+    spaces = [load_space(t) for t in templates]
+    if any(space.first_config(problem, limits) for space in spaces):
+        return
+    broken = {}
+    for space in spaces:  # what the configs valid without device limits run into
+        config = space.first_config(problem, None)
+        reason = config and space.why_invalid(config, problem, limits) or ""
+        if reason.startswith("limit "):
+            name, _, rule = reason.removeprefix("limit ").partition(": ")
+            broken.setdefault(name, f"{name} = {limits[name]}")
+    if not broken:
+        raise ProblemError(f"no config of {', '.join(templates)} is valid for {problem}")
+    raise ProblemError(
+        f"{problem.shape} is beyond this device's limits for every config of "
+        f"{', '.join(templates)}: {'; '.join(broken.values())}"
+    )

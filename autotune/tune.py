@@ -18,7 +18,7 @@ from .device import Gpu, get_gpu, portable_limits, versions
 from .kernel import check_fits
 from .problem import Problem
 from .search import SAMPLERS, Outcome, SearchResult, reference_seed, search
-from .space import load_space, template_names
+from .space import check_runnable, load_space, template_names
 from .worker import CANDIDATE_S, Worker
 
 TEMPLATES = ("blocked", "tiled", "naive")
@@ -127,6 +127,7 @@ def tune(
     gpu = gpu or get_gpu()
     limits = portable_limits(gpu.limits) if portable else gpu.limits
     check_fits(problem, gpu, limits)
+    check_runnable(problem, limits, templates)
     store = cache.DeviceCache(
         cache_dir or cache.default_cache_dir(), gpu.fingerprint.as_dict(), versions()
     )
