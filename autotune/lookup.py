@@ -18,7 +18,7 @@ from .compile import CompileError, compile_shader
 from .device import Gpu, get_gpu, portable_limits, versions
 from .kernel import Kernel, check_fits, check_operands
 from .problem import Problem, ProblemError
-from .render import render
+from .render import render, template_hash
 from .space import Config, check_runnable, load_space
 from .verify import Reference, verify
 
@@ -140,7 +140,13 @@ def lookup(
     gpu = gpu or get_gpu()
     check_fits(problem, gpu, portable_limits(gpu.limits) if portable else None)
     folder = str(cache_dir) if cache_dir else None
-    return _lookup(problem, bool(checks), folder, gpu, bool(portable))
+    kernel = _lookup(problem, bool(checks), folder, gpu, bool(portable))
+    if kernel.entry is not None and kernel.entry.key.template_hash != template_hash(
+        kernel.entry.key.template
+    ):  # its template changed since it was looked up: never served, look again
+        forget()
+        kernel = _lookup(problem, bool(checks), folder, gpu, bool(portable))
+    return kernel
 
 
 def matmul(A: np.ndarray, B: np.ndarray, *, checks: bool = True) -> np.ndarray:

@@ -305,7 +305,7 @@ def search(
             on_trial({"outcome": outcome, "result": result, "elapsed": time.monotonic() - start})
         _tell(study, trial, outcome.measurement.median_s if outcome.ok else None)
     result.study_trials = len(_history(study))
-    result.best = _study_best(study, result.best)
+    result.best = _study_best(study, result.best, problem)
     result.seconds = time.monotonic() - start
     return result
 
@@ -410,31 +410,50 @@ def _tell(study, trial, seconds: float | None) -> None:
         study.tell(trial, seconds)
 
 
-def _study_best(study: optuna.Study, own: Outcome | None) -> Outcome | None:
-    """The best measured trial of the whole study (other processes' included)."""
-    complete = [
-        t
-        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-        if "measurement" in t.user_attrs
-    ]
-    if not complete:
-        return own
-    trial = min(complete, key=lambda t: t.value)
-    if own is not None and own.measurement.median_s <= trial.value:
-        return own
-    m = trial.user_attrs["measurement"]
-    config = Config.make(trial.user_attrs["template"], trial.user_attrs["params"])
+def _study_best(study: optuna.Study, own: Outcome | None, problem: Problem) -> Outcome | None:
+    """The best measured trial of the whole study (other processes' included).
+
+    A shared storage is written by other processes and users: a trial whose config is
+    not valid here or whose measurement is malformed is passed over, never trusted.
+    """
+    best = own
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        if best is not None and best.measurement.median_s <= trial.value:
+            continue
+        try:
+            outcome = _outcome_of(trial, problem)
+        except (KeyError, TypeError, ValueError):
+            continue
+        if outcome is not None:
+            best = outcome
+    return best
+
+
+def _outcome_of(trial: optuna.trial.FrozenTrial, problem: Problem) -> Outcome | None:
+    attrs = trial.user_attrs
+    if "measurement" not in attrs:
+        return None
+    config = Config.make(attrs["template"], attrs["params"])
+    if load_space(config.template).why_invalid(config, problem) is not None:
+        return None
+    m = attrs["measurement"]
+    seconds = [float(m[k]) for k in ("median_s", "p20_s", "p80_s", "wall_median_s")]
+    error = float(attrs.get("error", 0.0))
+    if not all(0 < s < 3600 for s in seconds) or m["method"] not in ("timestamp", "wall"):
+        return None
+    if not 0 <= error <= 1:
+        return None
     return Outcome(
         config,
         Measurement(
             passes=int(m["passes"]),
             repeats=int(m["repeats"]),
-            median_s=m["median_s"],
-            p20_s=m["p20_s"],
-            p80_s=m["p80_s"],
+            median_s=seconds[0],
+            p20_s=seconds[1],
+            p80_s=seconds[2],
             method=m["method"],
-            wall_median_s=m["wall_median_s"],
+            wall_median_s=seconds[3],
         ),
-        error=float(trial.user_attrs.get("error", math.nan)),
-        compile_s=float(trial.user_attrs.get("compile_s", 0.0)),
+        error=error,
+        compile_s=float(attrs.get("compile_s", 0.0)),
     )

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from .data import template_sources
 from .problem import Problem, ProblemError
 
@@ -50,7 +52,16 @@ class Config:
 
     @classmethod
     def make(cls, template: str, params: Mapping[str, int]) -> Config:
-        return cls(template, tuple(sorted((str(k), int(v)) for k, v in params.items())))
+        """A config from a name and integer parameters; anything else is refused (no
+        "64" strings or 64.5 floats quietly becoming integers)."""
+        if not isinstance(template, str) or not template.isidentifier():
+            raise SpaceError(f"template name {str(template)[:40]!r} is not an identifier")
+        for name, value in params.items():
+            if not isinstance(name, str) or not name.isidentifier():
+                raise SpaceError(f"parameter name {str(name)[:40]!r} is not an identifier")
+            if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                raise SpaceError(f"parameter {name} must be an integer, got {value!r:.40}")
+        return cls(template, tuple(sorted((k, int(v)) for k, v in params.items())))
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.params)
@@ -324,11 +335,13 @@ def load_space(template: str) -> Space:
     sources = template_sources()
     if template not in sources:
         raise SpaceError(f"template {template!r} is unknown; known: {', '.join(sorted(sources))}")
-    return _load_space(template, sources[template][1])
+    path = sources[template][1]
+    stat = path.stat()  # an edited file is loaded again
+    return _load_space(template, path, stat.st_mtime_ns, stat.st_size)
 
 
-@functools.cache
-def _load_space(template: str, path: Path) -> Space:
+@functools.lru_cache(maxsize=64)
+def _load_space(template: str, path: Path, mtime_ns: int, size: int) -> Space:
     return Space.from_toml(path.read_text(), template)
 
 
