@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from . import cache
+from .arguments import ArgumentError, check_flag, check_folder
 from .compile import CompileError, compile_shader
 from .device import Gpu, get_gpu, portable_limits, versions
 from .kernel import Kernel, check_fits, check_operands
@@ -137,6 +138,10 @@ def lookup(
     `portable` keeps to configs within WebGPU's default limits (for export).
     """
     problem = Problem(M, N, K, dtype)
+    checks, portable = check_flag("checks", checks), check_flag("portable", portable)
+    check_folder("cache_dir", cache_dir, writable=False)
+    if gpu is not None and not isinstance(gpu, Gpu):
+        raise ArgumentError("gpu", f"gpu must be an autotune.Gpu or None, got {type(gpu).__name__}")
     gpu = gpu or get_gpu()
     check_fits(problem, gpu, portable_limits(gpu.limits) if portable else None)
     folder = str(cache_dir) if cache_dir else None
@@ -152,5 +157,6 @@ def lookup(
 def matmul(A: np.ndarray, B: np.ndarray, *, checks: bool = True) -> np.ndarray:
     """C = A @ B on the GPU with the best known kernel for the shape."""
     A, B, problem = check_operands(A, B)
+    checks = check_flag("checks", checks)
     kernel = lookup(problem.M, problem.N, problem.K, problem.dtype, checks=checks)
     return kernel(A, B)

@@ -14,6 +14,7 @@ from pathlib import Path
 import optuna
 
 from . import cache
+from .arguments import ArgumentError, check_flag, check_folder, check_seconds, check_seed
 from .device import Gpu, get_gpu, portable_limits, versions
 from .kernel import check_fits
 from .problem import Problem
@@ -25,12 +26,8 @@ TEMPLATES = ("blocked", "tiled", "naive")
 BASELINE_TEMPLATE = "tiled"  # its first seed is the tutorial 16x16 kernel
 
 
-class TuneError(ValueError):
+class TuneError(ArgumentError):
     """A bad tuning argument; `field` names it (e.g. "storage")."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field = field
 
 
 @dataclass
@@ -44,12 +41,20 @@ class TuneResult:
 
 
 def check_templates(templates: Sequence[str] | None) -> tuple[str, ...]:
+    if templates is not None and (
+        isinstance(templates, str) or not isinstance(templates, list | tuple)
+    ):
+        raise TuneError(
+            "template", f"templates must be a list of template names, got {templates!r:.60}"
+        )
     if not templates:
         return TEMPLATES
     known = template_names()
     for name in templates:
         if name not in known:
-            raise TuneError("template", f"template {name!r} is unknown; known: {', '.join(known)}")
+            raise TuneError(
+                "template", f"template {name!r:.60} is unknown; known: {', '.join(known)}"
+            )
     return tuple(dict.fromkeys(templates))
 
 
@@ -121,8 +126,19 @@ def tune(
     problem = Problem(M, N, K, dtype)
     templates = check_templates(templates)
     check_budget(trials, timeout)
+    checks = check_flag("checks", checks, TuneError)
+    portable = check_flag("portable", portable, TuneError)
+    seed = check_seed(seed, TuneError)
+    candidate_timeout = check_seconds("candidate_timeout", candidate_timeout, TuneError)
+    cache_dir = check_folder("cache_dir", cache_dir, writable=True, error=TuneError)
+    if gpu is not None and not isinstance(gpu, Gpu):
+        raise TuneError("gpu", f"gpu must be an autotune.Gpu or None, got {type(gpu).__name__}")
+    if on_trial is not None and not callable(on_trial):
+        raise TuneError("on_trial", f"on_trial must be callable or None, got {on_trial!r:.60}")
     if sampler not in SAMPLERS:
-        raise TuneError("sampler", f"sampler {sampler!r} is unknown; known: {', '.join(SAMPLERS)}")
+        raise TuneError(
+            "sampler", f"sampler {sampler!r:.60} is unknown; known: {', '.join(SAMPLERS)}"
+        )
     storage_object = check_storage(storage)
     gpu = gpu or get_gpu()
     limits = portable_limits(gpu.limits) if portable else gpu.limits
