@@ -15,6 +15,7 @@ import pytest
 
 import autotune
 from autotune import faults
+from autotune.lookup import forget
 from autotune.problem import Problem
 from autotune.search import search
 from autotune.space import Config
@@ -137,3 +138,34 @@ def test_worker_on_another_adapter_is_refused(gpu):
     other = dict(gpu.fingerprint.as_dict(), device="Some Other GPU")
     with Worker(other) as worker, pytest.raises(WorkerError, match="another"):
         worker.prepare(PROBLEM, 1, True)
+
+
+def test_nearest_and_exported_kernels_are_verified_at_their_shape(gpu, faulty_templates, tmp_path):
+    """A cached kernel of another shape is verified at the new shape before lookup hands
+    it out, and export verifies before writing: a wrong one goes no further."""
+    from autotune import cache
+    from autotune.device import versions
+    from autotune.kernel import Kernel
+
+    store = cache.DeviceCache(tmp_path / "cache", gpu.fingerprint.as_dict(), versions())
+
+    def cached(mode, problem):
+        config = faulty(mode)
+        store.put(
+            cache.Entry(
+                cache.Key.of(problem, "faulty", True), config.as_dict(), 1e-6, 1e-6, 1e-6,
+                "wall", 1.0, 0.0,
+            )
+        )  # fmt: skip
+
+    cached(2, Problem(24, 20, 16))  # wrong (drops the last k), and the nearest shape
+    kernel = autotune.lookup(28, 20, 16, cache_dir=tmp_path / "cache")
+    assert kernel.source == "default" and kernel.config.template != "faulty"
+    cached(0, Problem(24, 24, 16))  # correct, one step further away
+    forget()  # (a new process would not remember the lookup above)
+    kernel = autotune.lookup(28, 20, 16, cache_dir=tmp_path / "cache")
+    assert kernel.source == "nearest" and kernel.config == faulty(0)
+    wrong = Kernel(Problem(28, 20, 16), faulty(2), "exact", gpu=gpu)
+    with pytest.raises(autotune.ExportError, match="is wrong at"):
+        autotune.export(wrong, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
