@@ -105,8 +105,9 @@ class Reference:
         self.x_want = [A64 @ (B64 @ x) for x in self.xs]
         self.x_scale = [np.sqrt(A2 @ (B2 @ (x * x))) for x in self.xs]
 
-    def guarded(self, limit: int) -> tuple[np.ndarray, np.ndarray]:
-        """A and B with their NaN guards (made once: every candidate uploads the same)."""
+    def guarded(self, limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A and B with their NaN guards, and C's starting contents (NaN, then the canary):
+        made once, every candidate uploads the same."""
         if getattr(self, "_guarded", (None,))[0] != limit:
             self._guarded = (limit, *guarded_inputs(self.A, self.B, self.problem, limit))
         return self._guarded[1:]
@@ -139,14 +140,11 @@ def check_result(C: np.ndarray, A: np.ndarray, B: np.ndarray, problem: Problem) 
     return Reference(problem, operands=(A, B)).check(C)
 
 
-def _guarded(data: np.ndarray, guard: int, fill) -> np.ndarray:
-    """`data` flattened, then `guard` elements of `fill` (a float, or raw bits as uint32)."""
+def _guarded(data: np.ndarray, guard: int, fill: float) -> np.ndarray:
+    """`data` flattened, then `guard` elements of `fill`."""
     out = np.empty(data.size + guard, data.dtype)
     out[: data.size] = data.ravel()
-    if isinstance(fill, float):
-        out[data.size :] = fill
-    else:
-        out[data.size :].view(np.uint32)[:] = fill
+    out[data.size :] = fill
     return out
 
 
@@ -158,11 +156,15 @@ def _guard_size(elements: int, row: int, itemsize: int, limit: int) -> int:
 
 
 def guarded_inputs(A: np.ndarray, B: np.ndarray, problem: Problem, limit: int):
-    """A and B flattened, each followed by NaN guards (within the buffer `limit`)."""
+    """A and B flattened, each followed by NaN guards, and C: NaN then the canary (each
+    within the buffer `limit`)."""
     M, N, K, size = problem.M, problem.N, problem.K, problem.itemsize
+    C = np.full(M * N + _guard_size(M * N, N, size, limit), np.nan, problem.numpy_dtype)
+    C[M * N :].view(np.uint32)[:] = CANARY
     return (
         _guarded(A, _guard_size(M * K, K, size, limit), math.nan),
         _guarded(B, _guard_size(K * N, N, size, limit), math.nan),
+        C,
     )
 
 
@@ -171,12 +173,7 @@ def run_guarded(compiled: Compiled, gpu: Gpu, reference: Reference):
     problem = compiled.shader.problem
     limit = min(gpu.limits["max-storage-buffer-binding-size"], gpu.limits["max-buffer-size"])
     M, N = problem.M, problem.N
-    C = _guarded(
-        np.full(M * N, np.nan, problem.numpy_dtype),
-        _guard_size(M * N, N, problem.itemsize, limit),
-        CANARY,
-    )
-    bound = Bound.make(compiled, gpu, *reference.guarded(limit), C)
+    bound = Bound.make(compiled, gpu, *reference.guarded(limit))
     try:
         bound.run()
         data = gpu.queue.read_buffer(bound.buffers["C"])
