@@ -72,7 +72,10 @@ class Worker:
         if self.process is None:
             self._start()
         if self.ready_for != self.setup:
-            self.connection.send(("setup", *self.setup))
+            try:
+                self.connection.send(("setup", *self.setup))
+            except OSError:
+                pass  # it died at start: _answer sees that
             answer = self._answer(self.startup_s)
             if answer is None or answer[0] != "ready":
                 detail = (

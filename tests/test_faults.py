@@ -68,7 +68,7 @@ def test_hang_crash_and_lost_device_each_cost_one_trial(
         sampler="grid",
         storage=url,
         max_dispatch_s=0.05,
-        candidate_timeout=3.0,
+        candidate_timeout=5.0,
     )
     assert result.measured == 13 and result.best.config == faulty(0)
     study = optuna.load_study(study_name=result.study_name, storage=url)
@@ -94,7 +94,7 @@ def test_hang_crash_and_lost_device_each_cost_one_trial(
     failed = [t for mode, t in trials.items() if mode != 0]
     assert all(t.state == optuna.trial.TrialState.FAIL for t in failed)
     hang = trials[6]
-    assert (hang.datetime_complete - hang.datetime_start).total_seconds() < 3.0 + 5.0
+    assert (hang.datetime_complete - hang.datetime_start).total_seconds() < 5.0 + 5.0
     assert time.monotonic() - started < 60
     assert workers_of_this_process() == []  # the search stopped its worker
     # The study never proposes a failed config again: a second run measures nothing.
@@ -110,7 +110,7 @@ def test_faulty_candidates_never_reach_the_cache(gpu, faulty_templates, planned_
         trials=13,
         sampler="grid",
         cache_dir=cache_dir,
-        candidate_timeout=3.0,
+        candidate_timeout=5.0,
     )
     assert result.entry.config == faulty(0)
     assert result.search.failures["timeout"] >= 1  # MODE 6 at least (4 may pass here)
