@@ -21,9 +21,18 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 
 from . import device as device_module
+from .arguments import ArgumentError, check_folder
 from .problem import DTYPES, ProblemError, parse_shape
 from .search import SAMPLERS
 from .space import template_names
+from .worker import WorkerError
+
+# API argument names -> the CLI options that set them
+_OPTIONS = {"cache_dir": "cache", "templates": "template", "out_dir": "out"}
+
+
+def _option(field: str) -> str:
+    return "--" + _OPTIONS.get(field, field).replace("_", "-")
 
 
 class UsageError(Exception):
@@ -159,7 +168,13 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as error:
         print(f"autotune: error: {error}", file=sys.stderr)
         return 2
-    except device_module.NoAdapterError as error:
+    except ArgumentError as error:  # from the API, named as the CLI option
+        print(f"autotune: error: argument {_option(error.field)}: {error}", file=sys.stderr)
+        return 2
+    except ProblemError as error:
+        print(f"autotune: error: argument --shape: {error}", file=sys.stderr)
+        return 2
+    except (device_module.NoAdapterError, WorkerError) as error:
         print(f"autotune: error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -178,8 +193,9 @@ def _tune(args, problems, console: Console) -> int:
         check_templates(args.template)
         check_budget(trials, args.timeout)
         check_storage(args.storage)
+        check_folder("cache_dir", args.cache, writable=True, error=TuneError)
     except TuneError as error:
-        raise UsageError(f"argument --{error.field}: {error}") from None
+        raise UsageError(f"argument {_option(error.field)}: {error}") from None
     results = []
     for problem in problems:
         with Progress(
@@ -209,26 +225,22 @@ def _tune(args, problems, console: Console) -> int:
                     best=f"{best.measurement.gflops(problem.flops):.1f} GFLOP/s" if best else "-",
                 )
 
-            try:
-                result = tune(
-                    problem.M,
-                    problem.N,
-                    problem.K,
-                    problem.dtype,
-                    trials=trials,
-                    timeout=args.timeout,
-                    templates=args.template,
-                    checks=args.checks == "on",
-                    sampler=args.sampler,
-                    storage=args.storage,
-                    cache_dir=args.cache,
-                    seed=args.seed,
-                    on_trial=on_trial,
-                )
-            except TuneError as error:
-                raise UsageError(f"argument --{error.field}: {error}") from None
-            except ProblemError as error:
-                raise UsageError(f"argument --shape: {error}") from None
+            # bad arguments and problems beyond the device: main() names the option
+            result = tune(
+                problem.M,
+                problem.N,
+                problem.K,
+                problem.dtype,
+                trials=trials,
+                timeout=args.timeout,
+                templates=args.template,
+                checks=args.checks == "on",
+                sampler=args.sampler,
+                storage=args.storage,
+                cache_dir=args.cache,
+                seed=args.seed,
+                on_trial=on_trial,
+            )
             progress.update(task, completed=total, trials=f"{result.search.study_trials}{budget}")
         results.append(result)
     console.print(_summary(results))
@@ -318,6 +330,7 @@ def _export(args, problems, console: Console) -> int:
     from .tune import tune
 
     checks = args.checks == "on"
+    check_folder("out_dir", args.out, writable=True)  # before any tuning
     for problem in problems:
         shape = (problem.M, problem.N, problem.K, problem.dtype)
         try:

@@ -11,19 +11,21 @@ schema is moved aside with a warning and treated as empty.
 from __future__ import annotations
 
 import datetime
+import glob
 import hashlib
 import json
-import math
 import os
+import re
 import tempfile
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import filelock
 import platformdirs
 
+from . import faults
 from .data import data_path, in_checkout
 from .problem import Problem, ProblemError
 from .render import template_hash
@@ -120,9 +122,18 @@ class Entry:
 
     @classmethod
     def from_json(cls, text_key: str, data: object) -> Entry:
-        """Parse and validate one entry; raise ValueError on anything unexpected."""
+        """Parse and validate one entry; raise ValueError on anything unexpected.
+
+        Only known fields of the right types and within plausible ranges pass; the
+        template must be a known one and the config valid in its space, so nothing from
+        a file reaches Jinja, the file system or WGSL other than checked integers and a
+        known template's name.
+        """
         if not isinstance(data, dict):
             raise ValueError("entry is not an object")
+        unknown = set(data) - _FIELDS
+        if unknown:
+            raise ValueError(f"unknown fields {sorted(unknown)[:5]}")
         key = _parse_key(text_key)
         if data.get("key") != text_key:
             raise ValueError("entry key does not match its position")
@@ -135,28 +146,24 @@ class Entry:
         reason = load_space(key.template).why_invalid(config, key.problem)
         if reason:
             raise ValueError(f"config {config} is invalid: {reason}")
-        numbers = {}
-        for name in ("median_s", "p20_s", "p80_s", "gflops", "error", "tuning_s"):
-            value = data.get(name, 0.0)
-            if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name} must be a finite number >= 0")
-            numbers[name] = float(value)
-        if numbers["median_s"] <= 0:
-            raise ValueError("median_s must be > 0")
+        numbers = {name: _number(name, data.get(name, 0.0)) for name in _RANGES}
         baseline = data.get("baseline_s")
-        if baseline is not None and (type(baseline) not in (int, float) or not baseline > 0):
-            raise ValueError("baseline_s must be a number > 0 or null")
+        if baseline is not None:
+            baseline = _number("baseline_s", baseline)
         method = data.get("method")
         if method not in ("timestamp", "wall"):
             raise ValueError("method must be 'timestamp' or 'wall'")
         failures = data.get("failures", {})
         if not isinstance(failures, dict) or not all(
-            isinstance(k, str) and type(v) is int for k, v in failures.items()
+            k in REASONS and type(v) is int and 0 <= v <= MAX_COUNT for k, v in failures.items()
         ):
-            raise ValueError("failures must map reasons to counts")
+            raise ValueError(f"failures must map reasons ({', '.join(REASONS)}) to counts")
         trials = data.get("trials", 0)
-        if type(trials) is not int or trials < 0:
-            raise ValueError("trials must be an integer >= 0")
+        if type(trials) is not int or not 0 <= trials <= MAX_COUNT:
+            raise ValueError(f"trials must be an integer from 0 to {MAX_COUNT}")
+        date = data.get("date", "")
+        if not isinstance(date, str) or not _DATE.match(date):
+            raise ValueError("date must be empty or YYYY-MM-DDTHH:MM:SSZ")
         return cls(
             key=key,
             params=config.as_dict(),
@@ -164,9 +171,35 @@ class Entry:
             baseline_s=baseline,
             failures=dict(failures),
             trials=trials,
-            date=str(data.get("date", ""))[:40],
+            date=date,
             **numbers,
         )
+
+
+# Entry fields -> the range a real measurement lies in; outside it a file is damaged or
+# crafted (1e308 seconds, 10**400 GFLOP/s).
+_RANGES = {
+    "median_s": (1e-12, 3600.0),
+    "p20_s": (0.0, 3600.0),
+    "p80_s": (0.0, 3600.0),
+    "gflops": (0.0, 1e9),
+    "error": (0.0, 1.0),
+    "tuning_s": (0.0, 1e8),
+}
+_BASELINE_RANGE = (1e-12, 3600.0)
+_FIELDS = {f.name for f in fields(Entry)}
+REASONS = ("compile", "limits", "wrong", "timeout", "crashed", "device-lost")
+MAX_COUNT = 10**9
+_DATE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z)?$")
+MAX_FILE_BYTES = 64 * 2**20  # ~100,000 entries; a larger file is not one of ours
+
+
+def _number(name: str, value: object) -> float:
+    low, high = _RANGES.get(name, _BASELINE_RANGE)
+    # ints compare exactly (no float conversion that 10**400 would overflow)
+    if type(value) not in (int, float) or not low <= value <= high:
+        raise ValueError(f"{name} must be a number from {low:g} to {high:g}")
+    return float(value)
 
 
 def _parse_key(text: str) -> Key:
@@ -175,7 +208,9 @@ def _parse_key(text: str) -> Key:
         raise ValueError(f"malformed key {text!r}")
     template, digest, checks, dtype, layout, space, shape = parts
     if template not in template_names():
-        raise ValueError(f"unknown template {template!r}")
+        raise ValueError(f"unknown template {template[:40]!r}")
+    if not re.fullmatch(r"[0-9a-f]{16}", digest):
+        raise ValueError("the template hash must be 16 hex digits")
     if checks not in ("checks", "nochecks"):
         raise ValueError(f"bad check mode {checks!r}")
     if space not in ("device", "portable"):
@@ -257,24 +292,34 @@ class DeviceCache:
 
     def _load(self) -> dict:
         try:
-            text = self.path.read_text()
+            if self.path.stat().st_size > MAX_FILE_BYTES:
+                self._set_aside(ValueError(f"larger than {MAX_FILE_BYTES} bytes"))
+                return {}
+            raw = self.path.read_bytes()
         except FileNotFoundError:
             return {}
         except OSError as error:
             warnings.warn(f"{self.path}: unreadable ({error}); ignored", CacheWarning, stacklevel=3)
             return {}
         try:
-            data = json.loads(text)
+            data = json.loads(raw.decode())  # UnicodeDecodeError is a ValueError too
             if not isinstance(data, dict) or type(data.get("schema")) is not int:
                 raise ValueError("not a cache file")
             if data["schema"] > SCHEMA:
                 raise ValueError(f"schema {data['schema']} is newer than {SCHEMA}")
-            if data["schema"] < SCHEMA or data.get("fingerprint") != self.fingerprint:
-                raise ValueError("schema or fingerprint does not match the file name")
-            if not isinstance(data.get("entries"), dict):
+            if set(data) != {"schema", "fingerprint", "versions", "entries"}:
+                raise ValueError(f"fields {sorted(data)[:8]} are not a cache file's")
+            if (
+                data["schema"] < SCHEMA
+                or data["fingerprint"] != self.fingerprint
+                or data["versions"] != self.versions
+            ):
+                raise ValueError("schema, fingerprint or versions do not match the file name")
+            if not isinstance(data["entries"], dict):
                 raise ValueError("entries is not an object")
-        except ValueError as error:  # json.JSONDecodeError is a ValueError
-            self._set_aside(error)
+        except (ValueError, RecursionError) as error:
+            # (JSONDecodeError is a ValueError; nesting a thousand deep is a RecursionError)
+            self._set_aside(ValueError(str(error)[:200]))
             return {}
         return data
 
@@ -298,6 +343,7 @@ class DeviceCache:
         """
         self.folder.mkdir(parents=True, exist_ok=True)
         with filelock.FileLock(str(self.path) + ".lock"):
+            self._remove_stale_temps()
             data = self._load() or {}
             entries = data.get("entries", {})
             old = entries.get(str(entry.key))
@@ -313,6 +359,12 @@ class DeviceCache:
             self._write_atomic(data)
         return True
 
+    def _remove_stale_temps(self) -> None:
+        """Temp files are made only under the lock: one seen while we hold it was left by a
+        writer that was killed before its os.replace."""
+        for temp in self.folder.glob(glob.escape(self.path.name) + "*.tmp"):
+            temp.unlink(missing_ok=True)
+
     def _write_atomic(self, data: dict) -> None:
         handle, temp = tempfile.mkstemp(dir=self.folder, prefix=self.path.name, suffix=".tmp")
         try:
@@ -320,6 +372,7 @@ class DeviceCache:
                 json.dump(data, file, indent=1)
                 file.flush()
                 os.fsync(file.fileno())
+            faults.pause(faults.planned("cache-write"))  # test-only: killed right here
             os.replace(temp, self.path)
         except BaseException:
             Path(temp).unlink(missing_ok=True)

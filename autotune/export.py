@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from . import __version__ as autotune_version
+from .arguments import ArgumentError, check_folder
 from .cache import today
 from .device import WEBGPU_DEFAULT_LIMITS, versions
 from .kernel import Kernel
@@ -24,8 +25,9 @@ FORMAT = 1
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,99}$")
 
 
-class ExportError(ValueError):
-    """The kernel cannot be exported (bad name, or it failed verification)."""
+class ExportError(ArgumentError):
+    """The kernel cannot be exported (bad argument, or it failed verification); `field`
+    names the argument."""
 
 
 def _camel(limit: str) -> str:
@@ -115,12 +117,21 @@ def _template(name: str):
 
 def export(kernel: Kernel, out_dir: str | Path, name: str | None = None) -> dict[str, Path]:
     """Write NAME.wgsl, NAME.json and NAME.js for `kernel` into `out_dir`; return the paths."""
+    if not isinstance(kernel, Kernel):
+        raise ExportError("kernel", f"kernel must be an autotune.Kernel, got {kernel!r:.60}")
     name = name or default_name(kernel)
-    if not _NAME.match(name):
-        raise ExportError(f"name {name!r} must be a letter then letters, digits, '_' or '-'")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ExportError(
+            "name", f"name {name!r:.60} must be a letter then letters, digits, '_' or '-'"
+        )
+    check_folder("out_dir", out_dir, writable=False, error=ExportError)
+    if out_dir is None:
+        raise ExportError("out_dir", "out_dir must be a folder path, got None")
     verdict = verify(kernel.compiled, kernel.gpu)
     if not verdict.ok:
-        raise ExportError(f"{kernel.config} is wrong at {kernel.problem}: {verdict.reason}")
+        raise ExportError(
+            "kernel", f"{kernel.config} is wrong at {kernel.problem}: {verdict.reason}"
+        )
     data = manifest(kernel, name)
     provenance = data["provenance"]
     header = _template("_export_header.wgsl.j2").render(

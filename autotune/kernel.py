@@ -43,7 +43,9 @@ def check_fits(problem: Problem, gpu: Gpu, limits: dict | None = None) -> None:
     """Raise ProblemError when a matrix of `problem` exceeds the buffer limits (the
     device's, or `limits` such as WebGPU's defaults)."""
     limits = limits or gpu.limits
-    limit = min(limits["max-storage-buffer-binding-size"], limits["max-buffer-size"])
+    # the smaller limit is the one a matrix meets first (checked before any allocation)
+    limit_name = min(("max-storage-buffer-binding-size", "max-buffer-size"), key=limits.get)
+    limit = limits[limit_name]
     for name, rows, cols in (
         ("A", problem.M, problem.K),
         ("B", problem.K, problem.N),
@@ -53,7 +55,7 @@ def check_fits(problem: Problem, gpu: Gpu, limits: dict | None = None) -> None:
         if size > limit:
             raise ProblemError(
                 f"{name} ({rows}x{cols} {problem.dtype}) needs {size} bytes, more than this "
-                f"device's storage buffer limit of {limit} bytes"
+                f"device's storage buffer limit {limit_name} = {limit} bytes"
             )
 
 

@@ -1,7 +1,8 @@
 """Lookup: the best known kernel for a problem on this device, and `matmul`.
 
 Order: the user's cache, the shipped cache/, the nearest tuned shape on this device
-(re-verified at the new shape before it is handed out), a sound default config.
+(re-verified at the new shape before it is handed out), a sound default config (also
+verified at this shape first). Exact entries were verified at their shape when tuned.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from pathlib import Path
 import numpy as np
 
 from . import cache
+from .arguments import ArgumentError, check_flag, check_folder
 from .compile import CompileError, compile_shader
 from .device import Gpu, get_gpu, portable_limits, versions
 from .kernel import Kernel, check_fits, check_operands
-from .problem import Problem
-from .render import render
-from .space import load_space
-from .verify import verify
+from .problem import Problem, ProblemError
+from .render import render, template_hash
+from .space import Config, check_runnable, load_space
+from .verify import Reference, verify
 
 DEFAULT_TEMPLATES = ("blocked", "tiled", "naive")
 
@@ -44,7 +46,20 @@ def _fits(limits: dict, problem: Problem):
     )
 
 
-def _nearest(problem: Problem, checks: bool, stores, gpu: Gpu, limits: dict) -> Kernel | None:
+def _verified(problem, config: Config, source, checks, gpu, reference, entry=None):
+    """A Kernel of `config` if it compiles and verifies at `problem` on this device."""
+    try:
+        compiled = compile_shader(render(config, problem), gpu, checks=checks)
+    except CompileError:
+        return None
+    if not verify(compiled, gpu, reference=reference).ok:
+        return None
+    kernel = Kernel(problem, config, source, checks=checks, gpu=gpu, entry=entry)
+    kernel._compiled = compiled
+    return kernel
+
+
+def _nearest(problem, checks, stores, gpu, limits, reference) -> Kernel | None:
     fits = _fits(limits, problem)  # e.g. vec4 loads need N % 4 == 0
     candidates = []
     for store in stores:
@@ -54,26 +69,34 @@ def _nearest(problem: Problem, checks: bool, stores, gpu: Gpu, limits: dict) -> 
                 if fits(entry):
                     candidates.append((_distance(key.problem, problem), entry.median_s, entry))
     for _, _, entry in sorted(candidates, key=lambda c: c[:2]):
-        try:
-            compiled = compile_shader(render(entry.config, problem), gpu, checks=checks)
-        except CompileError:
-            continue
-        if verify(compiled, gpu).ok:  # tuned for another shape: verified at this one
-            kernel = Kernel(problem, entry.config, "nearest", checks=checks, gpu=gpu, entry=entry)
-            kernel._compiled = compiled
+        # tuned for another shape: verified at this one before it is handed out
+        kernel = _verified(problem, entry.config, "nearest", checks, gpu, reference, entry)
+        if kernel is not None:
             return kernel
     return None
 
 
 def default_kernel(
-    problem: Problem, gpu: Gpu, checks: bool = True, limits: dict | None = None
+    problem: Problem,
+    gpu: Gpu,
+    checks: bool = True,
+    limits: dict | None = None,
+    reference: Reference | None = None,
 ) -> Kernel:
-    """A sound untuned kernel: the first known-good config valid here."""
-    for template in DEFAULT_TEMPLATES:
-        seeds = load_space(template).seed_configs(problem, limits or gpu.limits)
-        if seeds:
-            return Kernel(problem, seeds[0], "default", checks=checks, gpu=gpu)
-    raise ValueError(f"no kernel fits {problem} within this device's limits")
+    """A sound untuned kernel, verified at this shape: the first known-good config valid
+    here, else the first valid config of each template. A problem no config can run
+    within the device's limits is refused with the limit named."""
+    limits = limits or gpu.limits
+    check_runnable(problem, limits, DEFAULT_TEMPLATES)
+    reference = reference or Reference(problem)
+    spaces = [load_space(t) for t in DEFAULT_TEMPLATES]
+    configs = [c for space in spaces for c in space.seed_configs(problem, limits)]
+    configs += [space.first_config(problem, limits) for space in spaces]
+    for config in dict.fromkeys(c for c in configs if c is not None):
+        kernel = _verified(problem, config, "default", checks, gpu, reference)
+        if kernel is not None:
+            return kernel
+    raise ProblemError(f"no default kernel computes {problem} correctly on this device")
 
 
 @functools.lru_cache(maxsize=256)
@@ -86,8 +109,10 @@ def _lookup(
         entry = store.best(problem, checks, accept=_fits(limits, problem))
         if entry is not None:
             return Kernel(problem, entry.config, "exact", checks=checks, gpu=gpu, entry=entry)
-    return _nearest(problem, checks, stores, gpu, limits) or default_kernel(
-        problem, gpu, checks, limits
+    check_runnable(problem, limits, DEFAULT_TEMPLATES)
+    reference = Reference(problem)  # one set of data for every kernel tried below
+    return _nearest(problem, checks, stores, gpu, limits, reference) or default_kernel(
+        problem, gpu, checks, limits, reference
     )
 
 
@@ -113,14 +138,25 @@ def lookup(
     `portable` keeps to configs within WebGPU's default limits (for export).
     """
     problem = Problem(M, N, K, dtype)
+    checks, portable = check_flag("checks", checks), check_flag("portable", portable)
+    check_folder("cache_dir", cache_dir, writable=False)
+    if gpu is not None and not isinstance(gpu, Gpu):
+        raise ArgumentError("gpu", f"gpu must be an autotune.Gpu or None, got {type(gpu).__name__}")
     gpu = gpu or get_gpu()
     check_fits(problem, gpu, portable_limits(gpu.limits) if portable else None)
     folder = str(cache_dir) if cache_dir else None
-    return _lookup(problem, bool(checks), folder, gpu, bool(portable))
+    kernel = _lookup(problem, bool(checks), folder, gpu, bool(portable))
+    if kernel.entry is not None and kernel.entry.key.template_hash != template_hash(
+        kernel.entry.key.template
+    ):  # its template changed since it was looked up: never served, look again
+        forget()
+        kernel = _lookup(problem, bool(checks), folder, gpu, bool(portable))
+    return kernel
 
 
 def matmul(A: np.ndarray, B: np.ndarray, *, checks: bool = True) -> np.ndarray:
     """C = A @ B on the GPU with the best known kernel for the shape."""
     A, B, problem = check_operands(A, B)
+    checks = check_flag("checks", checks)
     kernel = lookup(problem.M, problem.N, problem.K, problem.dtype, checks=checks)
     return kernel(A, B)

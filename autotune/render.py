@@ -67,12 +67,29 @@ def _environment_for(folders: tuple[str, ...]) -> jinja2.Environment:
 
 def template_hash(template: str) -> str:
     """Hash of a template's text, the files it includes, and its search space: part of
-    every cache key, so an edited template is never served from an old entry."""
+    every cache key, so an edited template is never served from an old entry.
+
+    Remembered per file set until one of the files changes (size or modification time),
+    so that lookup can afford to check it on every call.
+    """
     wgsl, space = template_sources()[template]
+    memo = _hashes.get(template)
+    if memo is not None and memo[0][:2] == [wgsl, space] and memo[1] == _stamps(memo[0]):
+        return memo[2]
+    paths = [wgsl, space, *_included(wgsl)]
+    stamps = _stamps(paths)
     digest = hashlib.sha256()
-    for path in [wgsl, space, *_included(wgsl)]:
+    for path in paths:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:16]
+    _hashes[template] = (paths, stamps, digest.hexdigest()[:16])
+    return _hashes[template][2]
+
+
+_hashes: dict[str, tuple] = {}  # template -> (its files, their stamps, hash)
+
+
+def _stamps(paths) -> list:
+    return [(p.stat().st_mtime_ns, p.stat().st_size) for p in paths]
 
 
 def _included(path) -> list:
@@ -89,11 +106,15 @@ def _included(path) -> list:
 
 def render(config: Config, problem: Problem) -> Shader:
     """Render `config` for `problem`. The config must be valid in its space."""
-    space = load_space(config.template)
+    space = load_space(config.template)  # only known templates (file names we listed)
     reason = space.why_invalid(config, problem)
     if reason:
         raise ValueError(f"config {config} is invalid for {problem}: {reason}")
     values = space.context(config, problem)
+    # What reaches the template: integers, and the element type's name from our table.
+    for name, value in values.items():
+        if type(value) is not int:
+            raise ValueError(f"template value {name} must be an integer, got {value!r:.40}")
     wgsl = (
         jinja_environment()
         .get_template(f"{config.template}.wgsl.j2")

@@ -6,7 +6,10 @@ compile (the sampler learns to avoid it, the budget does not pay for it); a conf
 already measured in the study, by this process or another on the same storage, is told
 its earlier result without touching the GPU. A candidate that fails to compile, exceeds
 a limit, computes a wrong result or is hopelessly slow is a value with a reason
-(`compile`, `limits`, `wrong`, `timeout`, `crashed`), recorded on its trial.
+(`compile`, `limits`, `wrong`, `timeout`, `crashed`, `device-lost`), recorded on its
+trial and told to Optuna as a failure, so the study never proposes it for measuring again.
+Candidates run in a worker process (autotune.worker): a hang, a crash or a lost device
+costs that one trial and a restart of the worker.
 
 The budget (`trials`) counts measured trials of the whole study, so a killed `tune` on
 a persistent storage resumes where it stopped, and several processes share one budget.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+import secrets
 import socket
 import time
 import warnings
@@ -33,6 +37,7 @@ from .problem import Problem
 from .render import render, template_hash
 from .space import Config, load_space
 from .verify import Reference, verify
+from .worker import CANDIDATE_S, Worker
 
 SAMPLERS = ("tpe", "random", "grid")
 MAX_IDLE_ASKS = 50  # invalid proposals in a row before we pick a config ourselves
@@ -45,7 +50,8 @@ class Outcome:
 
     config: Config
     measurement: Measurement | None = None
-    reason: str = ""  # "" when it worked; else compile, limits, wrong, timeout, crashed
+    reason: str = ""  # "" when it worked; else compile, limits, wrong, timeout, crashed,
+    # device-lost
     detail: str = ""
     error: float = math.nan  # relative error at verification
     compile_s: float = 0.0
@@ -100,6 +106,39 @@ def evaluate(
     return Outcome(config, measurement, error=verdict.error, compile_s=compiled.seconds)
 
 
+def retime(
+    configs: Sequence[Config], problem: Problem, gpu: Gpu, checks: bool, reference: Reference
+) -> Outcome | None:
+    """Time the search's finalists again, back to back, and return the fastest.
+
+    Each candidate of the search was timed once, after host-side work (compile,
+    verification) that lets the GPU's clocks drop; on the H200 a config sometimes
+    measured at half its speed. Here the finalists are compiled and verified first, the
+    GPU is kept busy, and each is timed in two rounds; its time is the faster round.
+    """
+    ready = []
+    for config in configs:
+        try:
+            compiled = compile_shader(render(config, problem), gpu, checks=checks)
+        except CompileError:
+            continue
+        verdict = verify(compiled, gpu, reference=reference)
+        if verdict.ok:  # verified during the search too: this is a second look
+            ready.append((config, compiled, verdict.error))
+    if not ready:
+        return None
+    operands = (reference.A, reference.B)
+    measure(ready[0][1], gpu, operands=operands, warmup_s=0.3)  # clocks up; not used
+    fastest: dict[Config, Measurement] = {}
+    for _ in range(2):
+        for config, compiled, _ in ready:
+            m = measure(compiled, gpu, operands=operands)
+            if config not in fastest or m.median_s < fastest[config].median_s:
+                fastest[config] = m
+    config, compiled, error = min(ready, key=lambda item: fastest[item[0]].median_s)
+    return Outcome(config, fastest[config], error=error, compile_s=compiled.seconds)
+
+
 @dataclass
 class SearchResult:
     problem: Problem
@@ -109,7 +148,7 @@ class SearchResult:
     failures: Counter = field(default_factory=Counter)  # reason -> count, this process
     seconds: float = 0.0
     study_name: str = ""
-    finalists: list[Config] = field(default_factory=list)  # the study's fastest, best first
+    finalists: list[Config] = field(default_factory=list)  # to time again (tune: retime)
 
 
 def study_name(
@@ -183,7 +222,8 @@ def search(
     on_trial: Progress | None = None,
     evaluator: Callable[[Config], Outcome] | None = None,
     limits: dict | None = None,
-    reference: Reference | None = None,
+    worker: Worker | None = None,
+    candidate_timeout: float = CANDIDATE_S,
 ) -> SearchResult:
     """Search the templates' spaces for the fastest correct kernel of `problem`.
 
@@ -193,10 +233,20 @@ def search(
     (render, compile, verify, time) by another source of Outcomes, e.g. a recorded table
     replayed to compare samplers; `gpu` then only lends its limits and fingerprint.
     `limits` narrows the space to configs within them (e.g. WebGPU's defaults).
-    `reference` is the data candidates are checked against (made here when not given).
+    Candidates run in `worker` (prepared for this problem and check mode; without one, a
+    worker is started here and stopped at the end); one that gives no answer within
+    `candidate_timeout` seconds is a `timeout` and the worker is restarted.
     """
+    arguments = dict(locals())
     if trials is None and timeout is None:
         raise ValueError("give trials, timeout or both: the search needs a budget")
+    if evaluator is None and worker is None:
+        # our own worker, stopped when the search ends (however it ends)
+        with Worker(gpu.fingerprint.as_dict()) as own:
+            own.prepare(problem, reference_seed(seed), checks)
+            return search(**(arguments | {"worker": own}))
+    if worker is not None and (worker.setup is None or worker.setup[::2] != (problem, checks)):
+        raise ValueError(f"the worker is not prepared for {problem} with checks={checks}")
     start = time.monotonic()
     limits = limits or gpu.limits
     valid = [c for t in templates for c in load_space(t).configs(problem, limits)]
@@ -212,11 +262,11 @@ def search(
         load_if_exists=True,
     )
     _fail_interrupted(study)
-    rng = np.random.default_rng(seed)
     if not study.trials:  # a new study: try the known-good configs first
         for template in templates:
             for config in load_space(template).seed_configs(problem, limits):
                 study.enqueue_trial(_trial_params(config, templates))
+    rng = np.random.default_rng(seed)
     grid = iter(valid) if sampler == "grid" else None
     result = SearchResult(problem, None, 0, 0, study_name=name)
     idle, repeat, refreshed = 0, None, -math.inf
@@ -275,36 +325,49 @@ def search(
         if evaluator is not None:
             outcome = evaluator(config)
         else:
-            reference = reference or Reference(problem, seed)
-            outcome = evaluate(
-                config, problem, gpu, checks=checks, max_dispatch_s=limit, reference=reference
-            )
+            outcome = worker.evaluate(config, max_dispatch_s=limit, timeout_s=candidate_timeout)
         _record(trial, outcome)
-        _tell(study, trial, outcome.measurement.median_s if outcome.ok else None)
         history[str(config)] = outcome.measurement.median_s if outcome.ok else None
         result.measured += 1
         if not outcome.ok:
             result.failures[outcome.reason] += 1
         elif result.best is None or outcome.measurement.median_s < best_s:
             result.best = outcome
+        # The caller stores a new best (tune: in the cache) before the trial is told
+        # finished: killed in between, the trial counts as interrupted and is measured
+        # again, so no finished result is ever missing from the cache.
         if on_trial:
             on_trial({"outcome": outcome, "result": result, "elapsed": time.monotonic() - start})
+        _tell(study, trial, outcome.measurement.median_s if outcome.ok else None)
     result.study_trials = len(_history(study))
-    result.best = _study_best(study, result.best)
-    result.finalists = _fastest_configs(study, FINALISTS)
+    result.best = _study_best(study, result.best, problem)
+    seeds = [c for t in templates for c in load_space(t).seed_configs(problem, limits)]
+    result.finalists = _finalists(study, problem, FINALISTS, seeds)
     result.seconds = time.monotonic() - start
     return result
 
 
-def _fastest_configs(study: optuna.Study, count: int) -> list[Config]:
+def _finalists(study: optuna.Study, problem: Problem, count: int, seeds) -> list[Config]:
+    """The study's `count` fastest configs, best first, then the seeds it measured: a
+    candidate timed while the GPU's clocks were down can rank far below its speed, and
+    the seeds are the configs most likely to be the fastest."""
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    configs = []
+    fastest, measured = [], set()
     for trial in sorted(complete, key=lambda t: t.value):
-        if "params" in trial.user_attrs:
-            config = Config.make(trial.user_attrs["template"], trial.user_attrs["params"])
-            if config not in configs:
-                configs.append(config)
-    return configs[:count]
+        try:
+            outcome = _outcome_of(trial, problem)
+        except (KeyError, TypeError, ValueError):
+            continue  # a crafted or malformed trial of a shared study
+        if outcome is not None:
+            measured.add(outcome.config)
+            if len(fastest) < count and outcome.config not in fastest:
+                fastest.append(outcome.config)
+    return fastest + [c for c in seeds if c in measured and c not in fastest]
+
+
+def reference_seed(seed: int | None) -> int:
+    """The seed of the verification data: given, or random (kept across worker restarts)."""
+    return seed if seed is not None else secrets.randbits(32)
 
 
 def _unmeasured_neighbour(config: Config, valid, history, rng) -> Config | None:
@@ -402,31 +465,50 @@ def _tell(study, trial, seconds: float | None) -> None:
         study.tell(trial, seconds)
 
 
-def _study_best(study: optuna.Study, own: Outcome | None) -> Outcome | None:
-    """The best measured trial of the whole study (other processes' included)."""
-    complete = [
-        t
-        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-        if "measurement" in t.user_attrs
-    ]
-    if not complete:
-        return own
-    trial = min(complete, key=lambda t: t.value)
-    if own is not None and own.measurement.median_s <= trial.value:
-        return own
-    m = trial.user_attrs["measurement"]
-    config = Config.make(trial.user_attrs["template"], trial.user_attrs["params"])
+def _study_best(study: optuna.Study, own: Outcome | None, problem: Problem) -> Outcome | None:
+    """The best measured trial of the whole study (other processes' included).
+
+    A shared storage is written by other processes and users: a trial whose config is
+    not valid here or whose measurement is malformed is passed over, never trusted.
+    """
+    best = own
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        if best is not None and best.measurement.median_s <= trial.value:
+            continue
+        try:
+            outcome = _outcome_of(trial, problem)
+        except (KeyError, TypeError, ValueError):
+            continue
+        if outcome is not None:
+            best = outcome
+    return best
+
+
+def _outcome_of(trial: optuna.trial.FrozenTrial, problem: Problem) -> Outcome | None:
+    attrs = trial.user_attrs
+    if "measurement" not in attrs:
+        return None
+    config = Config.make(attrs["template"], attrs["params"])
+    if load_space(config.template).why_invalid(config, problem) is not None:
+        return None
+    m = attrs["measurement"]
+    seconds = [float(m[k]) for k in ("median_s", "p20_s", "p80_s", "wall_median_s")]
+    error = float(attrs.get("error", 0.0))
+    if not all(0 < s < 3600 for s in seconds) or m["method"] not in ("timestamp", "wall"):
+        return None
+    if not 0 <= error <= 1:
+        return None
     return Outcome(
         config,
         Measurement(
             passes=int(m["passes"]),
             repeats=int(m["repeats"]),
-            median_s=m["median_s"],
-            p20_s=m["p20_s"],
-            p80_s=m["p80_s"],
+            median_s=seconds[0],
+            p20_s=seconds[1],
+            p80_s=seconds[2],
             method=m["method"],
-            wall_median_s=m["wall_median_s"],
+            wall_median_s=seconds[3],
         ),
-        error=float(trial.user_attrs.get("error", math.nan)),
-        compile_s=float(trial.user_attrs.get("compile_s", 0.0)),
+        error=error,
+        compile_s=float(attrs.get("compile_s", 0.0)),
     )

@@ -22,8 +22,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from .data import template_sources
-from .problem import Problem
+from .problem import Problem, ProblemError
 
 # Derived quantity -> the adapter limit it must not exceed.
 LIMITED = {
@@ -50,7 +52,16 @@ class Config:
 
     @classmethod
     def make(cls, template: str, params: Mapping[str, int]) -> Config:
-        return cls(template, tuple(sorted((str(k), int(v)) for k, v in params.items())))
+        """A config from a name and integer parameters; anything else is refused (no
+        "64" strings or 64.5 floats quietly becoming integers)."""
+        if not isinstance(template, str) or not template.isidentifier():
+            raise SpaceError(f"template name {str(template)[:40]!r} is not an identifier")
+        for name, value in params.items():
+            if not isinstance(name, str) or not name.isidentifier():
+                raise SpaceError(f"parameter name {str(name)[:40]!r} is not an identifier")
+            if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                raise SpaceError(f"parameter {name} must be an integer, got {value!r:.40}")
+        return cls(template, tuple(sorted((k, int(v)) for k, v in params.items())))
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.params)
@@ -291,6 +302,11 @@ class Space:
             env[rule.name] = rule.function(env)
         return env
 
+    def first_config(self, problem: Problem, limits=None) -> Config | None:
+        """Some valid config (the first in enumeration order), found without listing all."""
+        params = next(self._enumerate(problem, limits), None)
+        return None if params is None else Config.make(self.template, params)
+
     def seed_configs(self, problem: Problem, limits=None) -> list[Config]:
         """The file's known-good configs that are valid for this problem, in file order."""
         seeds = [Config.make(self.template, s) for s in self.seeds]
@@ -319,9 +335,33 @@ def load_space(template: str) -> Space:
     sources = template_sources()
     if template not in sources:
         raise SpaceError(f"template {template!r} is unknown; known: {', '.join(sorted(sources))}")
-    return _load_space(template, sources[template][1])
+    path = sources[template][1]
+    stat = path.stat()  # an edited file is loaded again
+    return _load_space(template, path, stat.st_mtime_ns, stat.st_size)
 
 
-@functools.cache
-def _load_space(template: str, path: Path) -> Space:
+@functools.lru_cache(maxsize=64)
+def _load_space(template: str, path: Path, mtime_ns: int, size: int) -> Space:
     return Space.from_toml(path.read_text(), template)
+
+
+def check_runnable(problem: Problem, limits: Mapping[str, int], templates) -> None:
+    """Raise ProblemError naming the device limit when no config of `templates` can run
+    `problem` within `limits` (e.g. more than 65535 workgroups in a dimension for every
+    tile size). Such problems are refused, not split."""
+    spaces = [load_space(t) for t in templates]
+    if any(space.first_config(problem, limits) for space in spaces):
+        return
+    broken = {}
+    for space in spaces:  # what the configs valid without device limits run into
+        config = space.first_config(problem, None)
+        reason = config and space.why_invalid(config, problem, limits) or ""
+        if reason.startswith("limit "):
+            name, _, rule = reason.removeprefix("limit ").partition(": ")
+            broken.setdefault(name, f"{name} = {limits[name]}")
+    if not broken:
+        raise ProblemError(f"no config of {', '.join(templates)} is valid for {problem}")
+    raise ProblemError(
+        f"{problem.shape} is beyond this device's limits for every config of "
+        f"{', '.join(templates)}: {'; '.join(broken.values())}"
+    )

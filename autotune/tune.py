@@ -14,26 +14,20 @@ from pathlib import Path
 import optuna
 
 from . import cache
-from .compile import compile_shader
+from .arguments import ArgumentError, check_flag, check_folder, check_seconds, check_seed
 from .device import Gpu, get_gpu, portable_limits, versions
 from .kernel import check_fits
-from .measure import Measurement, measure
 from .problem import Problem
-from .render import render
-from .search import SAMPLERS, Outcome, SearchResult, evaluate, search
-from .space import Config, load_space, template_names
-from .verify import Reference, verify
+from .search import SAMPLERS, Outcome, SearchResult, reference_seed, search
+from .space import check_runnable, load_space, template_names
+from .worker import CANDIDATE_S, Worker
 
 TEMPLATES = ("blocked", "tiled", "naive")
 BASELINE_TEMPLATE = "tiled"  # its first seed is the tutorial 16x16 kernel
 
 
-class TuneError(ValueError):
+class TuneError(ArgumentError):
     """A bad tuning argument; `field` names it (e.g. "storage")."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field = field
 
 
 @dataclass
@@ -47,12 +41,20 @@ class TuneResult:
 
 
 def check_templates(templates: Sequence[str] | None) -> tuple[str, ...]:
+    if templates is not None and (
+        isinstance(templates, str) or not isinstance(templates, list | tuple)
+    ):
+        raise TuneError(
+            "template", f"templates must be a list of template names, got {templates!r:.60}"
+        )
     if not templates:
         return TEMPLATES
     known = template_names()
     for name in templates:
         if name not in known:
-            raise TuneError("template", f"template {name!r} is unknown; known: {', '.join(known)}")
+            raise TuneError(
+                "template", f"template {name!r:.60} is unknown; known: {', '.join(known)}"
+            )
     return tuple(dict.fromkeys(templates))
 
 
@@ -87,41 +89,12 @@ def check_budget(trials: int | None, timeout: float | None) -> None:
         raise TuneError("trials", "give trials, timeout or both")
 
 
-def baseline(problem: Problem, gpu: Gpu, checks: bool, reference: Reference) -> Outcome | None:
+def baseline(problem: Problem, gpu: Gpu, worker: Worker, timeout_s: float) -> Outcome | None:
+    """The tutorial tiled 16x16 kernel, measured like any candidate (in the worker)."""
     seeds = load_space(BASELINE_TEMPLATE).seed_configs(problem, gpu.limits)
     if not seeds:
         return None
-    return evaluate(seeds[0], problem, gpu, checks=checks, reference=reference)
-
-
-def retime(
-    configs: Sequence[Config], problem: Problem, gpu: Gpu, checks: bool, reference: Reference
-) -> Outcome | None:
-    """Time the search's fastest configs again, back to back, and return the fastest.
-
-    Each candidate of the search was timed once, after host-side work (compile,
-    verification) that lets the GPU's clocks drop; on the H200 a config sometimes
-    measured at half its speed. Here the finalists are compiled and verified first, the
-    GPU is kept busy, and each is timed in two rounds; its time is the faster round.
-    """
-    ready = []
-    for config in configs:
-        compiled = compile_shader(render(config, problem), gpu, checks=checks)
-        verdict = verify(compiled, gpu, reference=reference)
-        if verdict.ok:  # verified during the search too: this is a second look
-            ready.append((config, compiled, verdict.error))
-    if not ready:
-        return None
-    operands = (reference.A, reference.B)
-    measure(ready[0][1], gpu, operands=operands, warmup_s=0.3)  # clocks up; not used
-    fastest: dict[Config, Measurement] = {}
-    for _ in range(2):
-        for config, compiled, _ in ready:
-            m = measure(compiled, gpu, operands=operands)
-            if config not in fastest or m.median_s < fastest[config].median_s:
-                fastest[config] = m
-    config, compiled, error = min(ready, key=lambda item: fastest[item[0]].median_s)
-    return Outcome(config, fastest[config], error=error, compile_s=compiled.seconds)
+    return worker.evaluate(seeds[0], timeout_s=timeout_s)
 
 
 def tune(
@@ -141,77 +114,97 @@ def tune(
     gpu: Gpu | None = None,
     on_trial=None,
     portable: bool = False,
+    candidate_timeout: float = CANDIDATE_S,
 ) -> TuneResult:
     """Find the fastest correct kernel for this problem on this device and cache it.
 
     `portable` searches only configs within WebGPU's default limits (for export to any
     browser); their entries sit in the same cache, and lookup(portable=True) finds them.
+    Each candidate runs in a worker process; one that does not finish within
+    `candidate_timeout` seconds is recorded as a `timeout` and the worker restarted.
     """
     problem = Problem(M, N, K, dtype)
     templates = check_templates(templates)
     check_budget(trials, timeout)
+    checks = check_flag("checks", checks, TuneError)
+    portable = check_flag("portable", portable, TuneError)
+    seed = check_seed(seed, TuneError)
+    candidate_timeout = check_seconds("candidate_timeout", candidate_timeout, TuneError)
+    cache_dir = check_folder("cache_dir", cache_dir, writable=True, error=TuneError)
+    if gpu is not None and not isinstance(gpu, Gpu):
+        raise TuneError("gpu", f"gpu must be an autotune.Gpu or None, got {type(gpu).__name__}")
+    if on_trial is not None and not callable(on_trial):
+        raise TuneError("on_trial", f"on_trial must be callable or None, got {on_trial!r:.60}")
     if sampler not in SAMPLERS:
-        raise TuneError("sampler", f"sampler {sampler!r} is unknown; known: {', '.join(SAMPLERS)}")
+        raise TuneError(
+            "sampler", f"sampler {sampler!r:.60} is unknown; known: {', '.join(SAMPLERS)}"
+        )
     storage_object = check_storage(storage)
     gpu = gpu or get_gpu()
     limits = portable_limits(gpu.limits) if portable else gpu.limits
     check_fits(problem, gpu, limits)
+    check_runnable(problem, limits, templates)
     store = cache.DeviceCache(
         cache_dir or cache.default_cache_dir(), gpu.fingerprint.as_dict(), versions()
     )
-    reference = Reference(problem, seed)  # one float64 reference for baseline and search
-    base = baseline(problem, gpu, checks, reference)
-    base_s = base.measurement.median_s if base and base.ok else None
+    with Worker(gpu.fingerprint.as_dict()) as worker:
+        # one float64 reference, in the worker, for the baseline and the search
+        worker.prepare(problem, reference_seed(seed), checks)
+        base = baseline(problem, gpu, worker, candidate_timeout)
+        base_s = base.measurement.median_s if base and base.ok else None
 
-    def entry_for(outcome: Outcome, result: SearchResult) -> cache.Entry:
-        m = outcome.measurement
-        return cache.Entry(
-            key=cache.Key.of(problem, outcome.config.template, checks, portable),
-            params=outcome.config.as_dict(),
-            median_s=m.median_s,
-            p20_s=m.p20_s,
-            p80_s=m.p80_s,
-            method=m.method,
-            gflops=m.gflops(problem.flops),
-            error=outcome.error,
-            baseline_s=base_s,
-            trials=result.study_trials,
-            failures=dict(result.failures),
-            tuning_s=result.seconds,
-            date=cache.today(),
+        def entry_for(outcome: Outcome, result: SearchResult) -> cache.Entry:
+            m = outcome.measurement
+            return cache.Entry(
+                key=cache.Key.of(problem, outcome.config.template, checks, portable),
+                params=outcome.config.as_dict(),
+                median_s=m.median_s,
+                p20_s=m.p20_s,
+                p80_s=m.p80_s,
+                method=m.method,
+                gflops=m.gflops(problem.flops),
+                error=outcome.error,
+                baseline_s=base_s,
+                trials=result.study_trials,
+                failures=dict(result.failures),
+                tuning_s=result.seconds,
+                date=cache.today(),
+            )
+
+        provisional: list[dict] = []  # params of the bests stored while searching
+
+        def save_new_best(event: dict) -> None:
+            outcome, result = event["outcome"], event["result"]
+            if outcome.ok and outcome is result.best:
+                store.put(entry_for(outcome, result))
+                provisional.append(outcome.config.as_dict())
+            if on_trial:
+                on_trial(event)
+
+        result = search(
+            problem,
+            gpu,
+            templates=templates,
+            trials=trials,
+            timeout=timeout,
+            checks=checks,
+            sampler=sampler,
+            storage=storage_object,
+            seed=seed,
+            on_trial=save_new_best,
+            limits=limits,
+            worker=worker,
+            candidate_timeout=candidate_timeout,
         )
-
-    provisional: list[dict] = []  # params of the bests stored while searching
-
-    def save_new_best(event: dict) -> None:
-        outcome, result = event["outcome"], event["result"]
-        if outcome.ok and outcome is result.best:
-            store.put(entry_for(outcome, result))
-            provisional.append(outcome.config.as_dict())
-        if on_trial:
-            on_trial(event)
-
-    result = search(
-        problem,
-        gpu,
-        templates=templates,
-        trials=trials,
-        timeout=timeout,
-        checks=checks,
-        sampler=sampler,
-        storage=storage_object,
-        seed=seed,
-        on_trial=save_new_best,
-        limits=limits,
-        reference=reference,
-    )
-    entry = None
-    if len(result.finalists) > 1:
-        result.best = retime(result.finalists, problem, gpu, checks, reference) or result.best
-    if result.best is not None:
-        entry = entry_for(result.best, result)
-        store.put(entry, replacing=provisional)
-        entry = store.get(entry.key) or entry  # a faster config stored earlier stays
+        entry = None
+        if len(result.finalists) > 1:
+            result.best = (
+                worker.retime(result.finalists, timeout_s=candidate_timeout) or result.best
+            )
+        if result.best is not None:
+            entry = entry_for(result.best, result)
+            store.put(entry, replacing=provisional)
+            entry = store.get(entry.key) or entry  # a faster config stored earlier stays
     from .lookup import forget  # the in-process lookup memo must see the new entry
 
     forget()

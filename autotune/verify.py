@@ -11,6 +11,11 @@ Problems up to FULL_CHECK_FLOPS are compared element by element in full. Larger 
 NaN everywhere, element by element on sampled rows and columns (the first, the last
 and random ones, so edge tiles are always covered) and on all of C through Freivalds'
 test C x = A (B x) with random vectors x, which sees any wrong element.
+
+Each buffer is followed by a guard: A and B by NaN (a kernel that reads past the end of
+its input gets NaN into its result), C by a canary bit pattern that must come back
+unchanged (a kernel that writes outside C, e.g. an edge tile without its row test, is
+rejected even where the stray write would land in some other allocation).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import numpy as np
 
 from .compile import Compiled
 from .device import Gpu
-from .kernel import dispatch
+from .kernel import Bound
 from .problem import Problem
 
 # Unit roundoff per dtype; a sum of K products in that precision drifts like sqrt(K).
@@ -31,6 +36,8 @@ EPSILON = {"f32": 2.0**-24, "f16": 2.0**-11}
 
 FULL_CHECK_FLOPS = 2 * 512**3
 SAMPLES = 32  # random rows and columns checked in full on large problems
+GUARD = 1024  # elements after each buffer, beyond one row of it
+CANARY = 0xDEADBEEF  # bits of each guard element after C: a finite float no kernel computes
 
 
 @dataclass(frozen=True)
@@ -38,9 +45,12 @@ class Verdict:
     ok: bool
     error: float  # largest |C - R| / sqrt(A**2 @ B**2) over the checked elements
     tolerance: float
+    outside: int = 0  # guard elements after C that the kernel overwrote
 
     @property
     def reason(self) -> str:
+        if self.outside:
+            return f"wrote {self.outside} elements past the end of C"
         return (
             "" if self.ok else f"relative error {self.error:.3g} > tolerance {self.tolerance:.3g}"
         )
@@ -95,6 +105,13 @@ class Reference:
         self.x_want = [A64 @ (B64 @ x) for x in self.xs]
         self.x_scale = [np.sqrt(A2 @ (B2 @ (x * x))) for x in self.xs]
 
+    def guarded(self, limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A and B with their NaN guards, and C's starting contents (NaN, then the canary):
+        made once, every candidate uploads the same."""
+        if getattr(self, "_guarded", (None,))[0] != limit:
+            self._guarded = (limit, *guarded_inputs(self.A, self.B, self.problem, limit))
+        return self._guarded[1:]
+
     def check(self, C: np.ndarray) -> Verdict:
         """Compare C with the float64 product (in full or sampled, see the module doc).
 
@@ -123,13 +140,59 @@ def check_result(C: np.ndarray, A: np.ndarray, B: np.ndarray, problem: Problem) 
     return Reference(problem, operands=(A, B)).check(C)
 
 
+def _guarded(data: np.ndarray, guard: int, fill: float) -> np.ndarray:
+    """`data` flattened, then `guard` elements of `fill`."""
+    out = np.empty(data.size + guard, data.dtype)
+    out[: data.size] = data.ravel()
+    out[data.size :] = fill
+    return out
+
+
+def _guard_size(elements: int, row: int, itemsize: int, limit: int) -> int:
+    """A row plus GUARD elements, a multiple of 4 (vec4 bindings), within the buffer limit."""
+    guard = -(-(row + GUARD) // 4) * 4
+    room = (limit // itemsize - elements) // 4 * 4
+    return max(0, min(guard, room))
+
+
+def guarded_inputs(A: np.ndarray, B: np.ndarray, problem: Problem, limit: int):
+    """A and B flattened, each followed by NaN guards, and C: NaN then the canary (each
+    within the buffer `limit`)."""
+    M, N, K, size = problem.M, problem.N, problem.K, problem.itemsize
+    C = np.full(M * N + _guard_size(M * N, N, size, limit), np.nan, problem.numpy_dtype)
+    C[M * N :].view(np.uint32)[:] = CANARY
+    return (
+        _guarded(A, _guard_size(M * K, K, size, limit), math.nan),
+        _guarded(B, _guard_size(K * N, N, size, limit), math.nan),
+        C,
+    )
+
+
+def run_guarded(compiled: Compiled, gpu: Gpu, reference: Reference):
+    """One dispatch with guarded buffers: (C, number of guard elements after C changed)."""
+    problem = compiled.shader.problem
+    limit = min(gpu.limits["max-storage-buffer-binding-size"], gpu.limits["max-buffer-size"])
+    M, N = problem.M, problem.N
+    bound = Bound.make(compiled, gpu, *reference.guarded(limit))
+    try:
+        bound.run()
+        data = gpu.queue.read_buffer(bound.buffers["C"])
+    finally:
+        bound.release()
+    out = np.frombuffer(data, dtype=problem.numpy_dtype)
+    outside = int(np.count_nonzero(out[M * N :].view(np.uint32) != CANARY))
+    return out[: M * N].reshape(M, N).copy(), outside
+
+
 def verify(
     compiled: Compiled, gpu: Gpu, seed: int | None = None, reference: Reference | None = None
 ) -> Verdict:
-    """Run the kernel once (C filled with NaN first) and compare with float64 NumPy.
-
-    Without a `reference`, on fresh random data made for this call.
+    """Run the kernel once (C filled with NaN, guards after each buffer) and compare with
+    float64 NumPy. Without a `reference`, on fresh random data made for this call.
     """
     reference = reference or Reference(compiled.shader.problem, seed)
-    C = dispatch(compiled, gpu, reference.A, reference.B, fill=np.nan)
-    return reference.check(C)
+    C, outside = run_guarded(compiled, gpu, reference)
+    verdict = reference.check(C)
+    if outside:
+        return Verdict(False, verdict.error, verdict.tolerance, outside)
+    return verdict

@@ -121,7 +121,7 @@ BROWSER_CASES = [
     (Problem(64, 48, 40), None),  # whatever lookup(portable=True) gives
     (Problem(1, 33, 17), None),  # a vector times a matrix
     (Problem(130, 68, 36), blocked(DB=1)),  # ragged tiles, double buffered
-    (Problem(150, 72, 36), blocked(AT=1, GROUP=4, DB=1)),  # A transposed, banded order
+    (Problem(300, 72, 36), blocked(AT=1, GROUP=4, DB=1)),  # A transposed, banded order
     (Problem(128, 64, 64), blocked(DB=1, UNROLL=0)),  # whole tiles: no edge tests
     (Problem(67, 45, 37), blocked(VEC=1, BM=32, TM=2, BN=32, TN=2, BK=8, PAD=1)),
     (Problem(67, 45, 37), Config.make("tiled", dict(TX=16, TY=16, TK=16, PAD=1))),

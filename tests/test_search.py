@@ -1,10 +1,8 @@
 """The search on the real adapter: budgets, failures as values, resume, shared studies."""
 
-import os
-import signal
+import math
 import subprocess
 import sys
-import time
 from collections import Counter
 
 import optuna
@@ -65,10 +63,14 @@ def test_tune_times_its_finalists_again_and_caches_the_fastest(gpu, cache_dir):
         48, 40, 32, templates=["blocked"], trials=6, seed=2, cache_dir=cache_dir, storage=storage
     )
     finalists = result.search.finalists
-    assert 2 <= len(finalists) <= FINALISTS and len(set(finalists)) == len(finalists)
+    assert len(finalists) >= FINALISTS and len(set(finalists)) == len(finalists)
     study = optuna.load_study(study_name=result.search.study_name, storage=storage)
     searched = {t.user_attrs["config"]: t.value for t in measured_trials(study) if t.value}
-    assert [searched[str(c)] for c in finalists] == sorted(searched.values())[: len(finalists)]
+    fastest, others = finalists[:FINALISTS], finalists[FINALISTS:]
+    assert [searched[str(c)] for c in fastest] == sorted(searched.values())[:FINALISTS]
+    # then the seeds the search measured, whatever their first timing
+    seeds = load_space("blocked").seed_configs(Problem(48, 40, 32), gpu.limits)
+    assert others and set(others) <= set(seeds) and all(str(c) in searched for c in others)
     assert result.entry.config in finalists
     # the cached time is the second look, not the search's first one
     assert result.entry.median_s != searched[str(result.entry.config)]
@@ -136,33 +138,6 @@ def _count_measured(url, name):
         return len(measured_trials(optuna.load_study(study_name=name, storage=url)))
     except KeyError:
         return 0
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
-def test_killed_tune_continues_the_same_study(gpu, tmp_path, how):
-    url = f"sqlite:///{tmp_path / 'study.db'}"
-    problem = Problem(32, 32, 32)
-    name = study_name(problem, ["blocked"], True, gpu)
-    process = subprocess.Popen(
-        _tune_command(tmp_path, "32x32x32", 12, url),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 120
-    while _count_measured(url, name) < 3 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    os.kill(process.pid, how)
-    process.wait(60)
-    before = _count_measured(url, name)
-    assert 3 <= before < 12
-    done = subprocess.run(
-        _tune_command(tmp_path, "32x32x32", 12, url), capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr
-    assert _count_measured(url, name) == 12
-    kernel = autotune.lookup(32, 32, 32, cache_dir=tmp_path / "cache")
-    assert kernel.source == "exact"
 
 
 @pytest.mark.slow
@@ -243,6 +218,11 @@ def test_replayed_search_is_frugal_with_proposals(sampler):
     study = optuna.load_study(study_name=result.study_name, storage=storage)
     measured = [t.user_attrs["config"] for t in measured_trials(study)]
     assert len(measured) == len(set(measured)) == result.measured == 80
-    assert len(study.trials) < 4 * 80
+    if sampler == "tpe":  # learns where the valid configs are
+        assert len(study.trials) < 4 * 80
+    else:  # proposes blindly: invalid points in proportion to the space's shape
+        space = load_space("blocked")
+        points = math.prod(len(values) for values in space.params.values())
+        assert len(study.trials) < 2 * 80 * points / len(space.configs(problem))
     if sampler == "tpe":
         assert result.best.measurement.median_s <= 1.3e-3

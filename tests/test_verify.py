@@ -62,3 +62,57 @@ def test_broken_results_fail(problem, breakage):
 
 def test_tolerance_grows_with_k():
     assert tolerance(Problem(4, 4, 4096)) > tolerance(Problem(4, 4, 16)) > 0
+
+
+# --- broken kernels planted on the GPU (tests/faulty), each rejected ------------------
+
+PLANTED = {
+    "correct": (0, ""),
+    "writes nothing": (3, "relative error inf"),
+    "writes outside its tile": (7, "past the end of C"),
+    "reads uninitialised memory": (8, "relative error inf"),
+    "right only on zeros": (9, "relative error"),
+    "right only on non-negative inputs": (10, "relative error"),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("checks", [True, False], ids=["checks", "nochecks"])
+@pytest.mark.parametrize("planted", list(PLANTED))
+def test_planted_broken_kernels_are_rejected(gpu, faulty_templates, planted, checks):
+    from autotune.compile import compile_shader
+    from autotune.render import render
+    from autotune.space import Config
+    from autotune.verify import verify
+
+    mode, words = PLANTED[planted]
+    problem = Problem(20, 20, 16)  # the last 8x8 tile row sticks out of C
+    config = Config.make("faulty", {"MODE": mode})
+    verdict = verify(compile_shader(render(config, problem), gpu, checks=checks), gpu)
+    assert verdict.ok == (mode == 0), verdict.reason
+    assert words in verdict.reason
+
+
+@pytest.mark.gpu
+def test_planted_kernels_look_right_where_a_weak_check_would_look(gpu, faulty_templates):
+    """Each planted fault is real and subtle: on the inputs a weaker check would use
+    (zeros, non-negative data, a zeroed C, C's own elements only) it gives the right C."""
+    from autotune.compile import compile_shader
+    from autotune.kernel import dispatch
+    from autotune.render import render
+    from autotune.space import Config
+
+    problem = Problem(20, 20, 16)
+
+    def run(mode, A, B, fill=np.nan):
+        config = Config.make("faulty", {"MODE": mode})
+        return dispatch(compile_shader(render(config, problem), gpu), gpu, A, B, fill=fill)
+
+    rng = np.random.default_rng(0)
+    A, B = rng.uniform(0, 1, (20, 16)).astype(np.float32), rng.uniform(0, 1, (16, 20))
+    B = B.astype(np.float32)
+    zeros = np.zeros_like(A), np.zeros_like(B)
+    np.testing.assert_array_equal(run(9, *zeros), 0.0)
+    np.testing.assert_allclose(run(10, A, B), A @ B, rtol=1e-5)
+    np.testing.assert_allclose(run(8, A, B, fill=0.0), A @ B, rtol=1e-5)
+    np.testing.assert_allclose(run(7, A, B), A @ B, rtol=1e-5)  # wrong only outside C

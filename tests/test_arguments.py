@@ -1,0 +1,163 @@
+"""Every argument of the API and the CLI, with its bad values: each is refused with a
+message that names the argument and what it allows (CLI: exit code 2, one line)."""
+
+import numpy as np
+import pytest
+
+import autotune
+from autotune.__main__ import main
+from autotune.arguments import ArgumentError
+from autotune.problem import ProblemError
+
+F32 = np.ones((4, 4), np.float32)
+
+TUNE = [
+    (dict(M=0), ProblemError, "M must be >= 1, got 0"),
+    (dict(N="8"), ProblemError, "N must be an integer >= 1, got '8'"),
+    (dict(K=2**31), ProblemError, "K must be < 2**31"),
+    (dict(dtype="f64"), ProblemError, "dtype 'f64' is not supported; supported: f32"),
+    (dict(trials=0), "trials", "trials must be an integer >= 1, got 0"),
+    (dict(trials=1.5), "trials", "trials must be an integer >= 1, got 1.5"),
+    (dict(trials=True), "trials", "trials must be an integer >= 1, got True"),
+    (dict(timeout=-1), "timeout", "timeout must be a number of seconds > 0, got -1"),
+    (dict(timeout="10"), "timeout", "timeout must be a number of seconds > 0, got '10'"),
+    (dict(trials=None, timeout=None), "trials", "give trials, timeout or both"),
+    (dict(templates=["nope"]), "template", "template 'nope' is unknown; known: blocked, "),
+    (dict(templates="naive"), "template", "templates must be a list of template names"),
+    (dict(checks="no"), "checks", "checks must be True or False, got 'no'"),
+    (dict(sampler="annealing"), "sampler", "sampler 'annealing' is unknown; known: tpe, "),
+    (dict(storage="nosuchdb://x"), "storage", "storage 'nosuchdb://x' cannot be opened"),
+    (dict(cache_dir="FILE"), "cache_dir", "exists and is not a folder"),
+    (dict(cache_dir=42), "cache_dir", "cache_dir must be a folder path, got 42"),
+    (dict(seed="1"), "seed", "seed must be an integer or None, got '1'"),
+    (dict(seed=-1), "seed", "seed must be from 0 to 2**32 - 1, got -1"),
+    (dict(gpu="llvmpipe"), "gpu", "gpu must be an autotune.Gpu or None, got str"),
+    (dict(on_trial=5), "on_trial", "on_trial must be callable or None, got 5"),
+    (dict(portable="yes"), "portable", "portable must be True or False, got 'yes'"),
+    (dict(candidate_timeout=0), "candidate_timeout", "candidate_timeout must be a number of"),
+]
+
+LOOKUP = [
+    (dict(M=-1), ProblemError, "M must be >= 1, got -1"),
+    (dict(K=2.5), ProblemError, "K must be an integer >= 1, got 2.5"),
+    (dict(dtype="float64"), ProblemError, "dtype 'float64' is not supported; supported: f32"),
+    (dict(checks="on"), "checks", "checks must be True or False, got 'on'"),
+    (dict(portable=1), "portable", "portable must be True or False, got 1"),
+    (dict(cache_dir="FILE"), "cache_dir", "exists and is not a folder"),
+    (dict(gpu=object()), "gpu", "gpu must be an autotune.Gpu or None, got object"),
+]
+
+MATMUL = [
+    (dict(A=[[1.0]]), ProblemError, "A must be a numpy.ndarray, got list"),
+    (dict(A=np.ones(4, np.float32)), ProblemError, "A must be 2-D, got 1-D"),
+    (dict(B=np.ones((4, 4))), ProblemError, "A and B must have one dtype"),
+    (dict(B=np.ones((5, 4), np.float32)), ProblemError, "inner dimensions differ"),
+    (dict(A=np.ones((0, 4), np.float32)), ProblemError, "A must not be empty"),
+    (dict(checks="off"), "checks", "checks must be True or False, got 'off'"),
+]
+
+EXPORT = [
+    (dict(kernel="gemm.wgsl"), "kernel", "kernel must be an autotune.Kernel"),
+    (dict(name="../x"), "name", "name '../x' must be a letter then letters, digits"),
+    (dict(name=7), "name", "name 7 must be a letter"),
+    (dict(out_dir="FILE"), "out_dir", "exists and is not a folder"),
+    (dict(out_dir=None), "out_dir", "out_dir must be a folder path, got None"),
+]
+
+
+def _check(call, kwargs, expected, words, tmp_path, error_type=ArgumentError):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder")
+    kwargs = {
+        k: (str(a_file) if isinstance(v, str) and v == "FILE" else v) for k, v in kwargs.items()
+    }
+    error = expected if isinstance(expected, type) else error_type
+    with pytest.raises(error) as raised:
+        call(**kwargs)
+    assert words in str(raised.value)
+    if not isinstance(expected, type):
+        assert raised.value.field == expected
+
+
+def _ids(table):
+    return [f"{next(iter(k))}={next(iter(k.values()))!r:.20}" for k, _, _ in table]
+
+
+@pytest.mark.parametrize("kwargs, expected, words", TUNE, ids=_ids(TUNE))
+def test_tune_arguments(kwargs, expected, words, tmp_path):
+    def call(M=8, N=8, K=8, **rest):
+        return autotune.tune(M, N, K, **({"trials": 1, "cache_dir": tmp_path} | rest))
+
+    _check(call, kwargs, expected, words, tmp_path, autotune.TuneError)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kwargs, expected, words", LOOKUP, ids=_ids(LOOKUP))
+def test_lookup_arguments(gpu, kwargs, expected, words, tmp_path):
+    def call(M=8, N=8, K=8, **rest):
+        return autotune.lookup(M, N, K, **rest)
+
+    _check(call, kwargs, expected, words, tmp_path)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kwargs, expected, words", MATMUL, ids=_ids(MATMUL))
+def test_matmul_arguments(gpu, kwargs, expected, words, tmp_path):
+    def call(A=F32, B=F32, **rest):
+        return autotune.matmul(A, B, **rest)
+
+    _check(call, kwargs, expected, words, tmp_path)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kwargs, expected, words", EXPORT, ids=_ids(EXPORT))
+def test_export_arguments(gpu, kwargs, expected, words, tmp_path, cache_dir):
+    def call(kernel=None, out_dir=tmp_path / "out", name=None):
+        return autotune.export(kernel or autotune.lookup(4, 4, 4), out_dir, name)
+
+    _check(call, kwargs, expected, words, tmp_path, autotune.ExportError)
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+CLI = [
+    (["tune", "--shape", "0x4x4"], "argument --shape: M must be >= 1, got 0"),
+    (["tune", "--shape", "4x4"], "argument --shape: shape '4x4' is not of the form MxNxK"),
+    (["tune", "--shape", "4x4x4x4"], "argument --shape: shape '4x4x4x4' is not of the form"),
+    (["tune", "--shape", "4x4x99999999999"], "argument --shape: K must be < 2**31"),
+    (["tune", "--shape", "4x4x4", "--dtype", "f64"], "argument --dtype: invalid choice: 'f64'"),
+    (["tune", "--shape", "4x4x4", "--trials", "0"], "argument --trials: must be an integer >= 1"),
+    (["tune", "--shape", "4x4x4", "--trials", "1.5"], "argument --trials: must be an integer"),
+    (["tune", "--shape", "4x4x4", "--timeout", "-3"], "argument --timeout: must be a number"),
+    (["tune", "--shape", "4x4x4", "--timeout", "inf"], "argument --timeout: must be a number"),
+    (["tune", "--shape", "4x4x4", "--template", "nope"], "argument --template: invalid choice"),
+    (["tune", "--shape", "4x4x4", "--checks", "maybe"], "argument --checks: invalid choice"),
+    (["tune", "--shape", "4x4x4", "--sampler", "magic"], "argument --sampler: invalid choice"),
+    (["tune", "--shape", "4x4x4", "--storage", "nosuchdb://x"], "argument --storage: storage"),
+    (["tune", "--shape", "4x4x4", "--cache", "FILE"], "argument --cache: cache_dir '"),
+    (["tune", "--shape", "4x4x4", "--seed", "x"], "argument --seed: invalid int value: 'x'"),
+    (["tune", "--shape", "4x4x4", "--frobnicate"], "unrecognized arguments: --frobnicate"),
+    (["tune"], "the following arguments are required: --shape"),
+    (["lookup", "--shape", "1x1x0"], "argument --shape: K must be >= 1, got 0"),
+    (["lookup", "--shape", "4x4x4", "--dtype", "f16"], "argument --dtype: invalid choice"),
+    (["lookup", "--shape", "4x4x4", "--checks", "x"], "argument --checks: invalid choice"),
+    (["lookup", "--shape", "4x4x4", "--cache", "FILE"], "argument --cache: cache_dir '"),
+    (["lookup"], "the following arguments are required: --shape"),
+    (["export", "--shape", "4x4x4", "--out", "FILE"], "argument --out: out_dir '"),
+    (["export", "--shape", "4x4x4"], "the following arguments are required: --out"),
+    (["export", "--shape", "x", "--out", "d"], "argument --shape: shape 'x' is not of the form"),
+    (["export", "--shape", "4x4x4", "--out", "d", "--trials", "0"], "argument --trials: must"),
+    (["demo", "--shape", "0x1x1"], "argument --shape: M must be >= 1, got 0"),
+    (["devices", "extra"], "unrecognized arguments: extra"),
+    (["frobnicate"], "argument command: invalid choice: 'frobnicate'"),
+    ([], "the following arguments are required: command"),
+]
+
+
+@pytest.mark.parametrize("argv, words", CLI, ids=[" ".join(a) or "nothing" for a, _ in CLI])
+def test_cli_arguments(capsys, tmp_path, monkeypatch, argv, words):
+    monkeypatch.chdir(tmp_path)  # (export --out d would write here)
+    (tmp_path / "FILE").write_text("not a folder")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("autotune: error: ") and words in err
