@@ -2,6 +2,7 @@
 
     python benchmarks/bench.py --out benchmarks/results/h200     # the whole suite
     python benchmarks/bench.py --shape 4096x4096x4096            # one shape
+    AUTOTUNE_CACHE=/tmp/fresh python benchmarks/bench.py --tune 30 --out DIR  # from scratch
 
 For each shape: cuBLAS SGEMM through PyTorch with TF32 off (CUDA events), the tutorial
 16x16 `tiled` kernel, and autotune's best cached kernel with wgpu's runtime checks on and
@@ -9,6 +10,12 @@ off (device timestamps, autotune.measure); every WGSL result is verified against
 NumPy first. All timings: warm-up, then the median of several passes, each pass long
 enough (>= 20 ms) that launch overhead does not count. Prints a table (TFLOP/s and ratio
 to cuBLAS, geometric mean) and writes bench.json (with provenance) and bench.png.
+
+With --tune SECONDS, every shape is first tuned in both modes (`autotune.tune`, the API
+behind `python -m autotune tune`, blocked template, SECONDS of search each) into the
+cache that lookup then reads, and the wall time of each tune (search, worker start,
+float64 reference, baseline, re-timing of the finalists) is reported with its row.
+Without torch the cuBLAS column is NaN (a dry run on any adapter).
 """
 
 from __future__ import annotations
@@ -139,20 +146,53 @@ def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
-def run(shapes, out: Path | None) -> dict:
+def tune_suite(shapes, seconds: float, gpu) -> dict[tuple[str, bool], float]:
+    """Tune each shape in both check modes; wall seconds of each tune."""
+    spent = {}
+    for shape in shapes:
+        problem = parse_shape(shape)
+        for checks in (False, True):
+            start = time.perf_counter()
+            result = autotune.tune(
+                problem.M,
+                problem.N,
+                problem.K,
+                templates=["blocked"],
+                trials=None,
+                timeout=seconds,
+                checks=checks,
+                gpu=gpu,
+            )
+            spent[shape, checks] = time.perf_counter() - start
+            print(
+                f"tuned {shape} checks={'on' if checks else 'off'} in {spent[shape, checks]:.0f} s:"
+                f" {result.entry.config if result.entry else 'nothing'}",
+                flush=True,
+            )
+    return spent
+
+
+def run(shapes, out: Path | None, tune_s: float | None = None) -> dict:
     gpu = autotune.get_gpu()
     report = {"provenance": provenance(gpu), "rows": []}
+    spent = tune_suite(shapes, tune_s, gpu) if tune_s else {}
     for shape in shapes:
         problem = parse_shape(shape)
         tflop = problem.flops / 1e12
         reference = Reference(problem, seed=0)
-        row = {"shape": shape, "cublas_s": cublas_seconds(problem)}
+        try:
+            cublas_s = cublas_seconds(problem)
+        except ImportError:  # no torch: WGSL rows only
+            cublas_s = math.nan
+        row = {"shape": shape, "cublas_s": cublas_s}
         tutorial = load_space("tiled").seed_configs(problem, gpu.limits)[0]
         row["tiled"] = wgsl_seconds(tutorial, problem, gpu, True, reference)
         for checks in (True, False):
             kernel = autotune.lookup(problem.M, problem.N, problem.K, checks=checks, gpu=gpu)
             result = wgsl_seconds(kernel.config, problem, gpu, checks, reference)
             result["source"] = kernel.source
+            if (shape, checks) in spent:
+                result["tuning_s"] = spent[shape, checks]
             row["checks" if checks else "nochecks"] = result
         for name in ("tiled", "checks", "nochecks"):
             row[name]["tflops"] = tflop / row[name]["seconds"]
@@ -185,10 +225,12 @@ def _line(row) -> str:
 
 def _table(report) -> str:
     p = report["provenance"]
+    tuned = any("tuning_s" in r["checks"] for r in report["rows"])
     lines = [
         f"{p['device']}, driver {p.get('driver')}, wgpu {p['versions']}, {p['date']}",
-        "| shape | cuBLAS TFLOP/s | tiled 16x16 | autotune, checks on | autotune, checks off |",
-        "|---|---|---|---|---|",
+        "| shape | cuBLAS TFLOP/s | tiled 16x16 | autotune, checks on | autotune, checks off |"
+        + (" tuned in (on / off) |" if tuned else ""),
+        "|---|---|---|---|---|" + ("---|" if tuned else ""),
     ]
     for r in report["rows"]:
         lines.append(
@@ -196,12 +238,18 @@ def _table(report) -> str:
             f"({r['tiled']['ratio']:.2f}x) | {r['checks']['tflops']:.1f} "
             f"({r['checks']['ratio']:.2f}x) | {r['nochecks']['tflops']:.1f} "
             f"({r['nochecks']['ratio']:.2f}x) |"
+            + (
+                f" {r['checks'].get('tuning_s', math.nan):.0f} s / "
+                f"{r['nochecks'].get('tuning_s', math.nan):.0f} s |"
+                if tuned
+                else ""
+            )
         )
     g = report.get("geomean", {})
     if g:
         lines.append(
             f"| geometric mean of ratios | 1.00 | {g['tiled']:.2f}x | {g['checks']:.2f}x "
-            f"| {g['nochecks']:.2f}x |"
+            f"| {g['nochecks']:.2f}x |" + (" |" if tuned else "")
         )
     return "\n".join(lines)
 
@@ -244,8 +292,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shape", action="append", help="MxNxK (default: the whole suite)")
     parser.add_argument("--out", type=Path, help="folder for bench.json, bench.md, bench.png")
+    parser.add_argument(
+        "--tune", type=float, metavar="SECONDS", help="tune each shape first (search seconds)"
+    )
     args = parser.parse_args(argv)
-    run(args.shape or SUITE, args.out)
+    run(args.shape or SUITE, args.out, args.tune)
     return 0
 
 
