@@ -5,6 +5,7 @@
     python -m autotune export --shape 256x256x256 --out kernels/ [--portable]
     python -m autotune devices
     python -m autotune demo
+    python -m autotune cache merge A.json B.json --out merged.json
 
 Bad input exits with code 2 and one line naming the argument; no traceback.
 """
@@ -145,6 +146,21 @@ def build_parser() -> argparse.ArgumentParser:
         "demo", help="render, verify and time each template's default kernel for one shape"
     )
     demo.add_argument("--shape", default="256x256x256", metavar="MxNxK")
+
+    cache_command = commands.add_parser("cache", help="work on cache files")
+    cache_actions = cache_command.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    merge = cache_actions.add_parser(
+        "merge",
+        help="merge cache files of one device (e.g. from several machines): per key the "
+        "fastest verified entry, with its origin",
+    )
+    merge.add_argument("files", nargs="+", metavar="FILE", help="cache files (JSON)")
+    merge.add_argument(
+        "--out",
+        required=True,
+        metavar="PATH",
+        help="merged file, or a folder (the file then gets the device's cache file name)",
+    )
     return parser
 
 
@@ -401,7 +417,25 @@ def _demo(args, problems, console: Console) -> int:
     return 0
 
 
+def _cache(args, problems, console: Console) -> int:
+    from .cache import MergeError, merge
+
+    try:
+        report = merge(args.files, args.out)
+    except MergeError as error:
+        raise UsageError(f"argument FILE: {error}") from None
+    console.print(
+        f"merged {len(args.files)} files into {report.out}: {report.entries} entries, "
+        f"{len(report.conflicts)} keys with different configs (the faster kept), "
+        f"{report.skipped} invalid or stale entries left out"
+    )
+    for key in report.conflicts:
+        console.print(f"  conflict: {key}")
+    return 0
+
+
 COMMANDS = {
+    "cache": _cache,
     "tune": _tune,
     "lookup": _lookup,
     "export": _export,

@@ -16,10 +16,11 @@ import hashlib
 import json
 import os
 import re
+import socket
 import tempfile
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import filelock
@@ -110,6 +111,7 @@ class Entry:
     failures: dict = field(default_factory=dict)  # reason -> count
     tuning_s: float = 0.0
     date: str = ""
+    origin: str = ""  # where it was measured: the tuning machine's host name, or a file
 
     @property
     def config(self) -> Config:
@@ -164,6 +166,9 @@ class Entry:
         date = data.get("date", "")
         if not isinstance(date, str) or not _DATE.match(date):
             raise ValueError("date must be empty or YYYY-MM-DDTHH:MM:SSZ")
+        origin = data.get("origin", "")
+        if not isinstance(origin, str) or not _ORIGIN.match(origin):
+            raise ValueError("origin must be up to 200 letters, digits and . _ : @ / -")
         return cls(
             key=key,
             params=config.as_dict(),
@@ -172,6 +177,7 @@ class Entry:
             failures=dict(failures),
             trials=trials,
             date=date,
+            origin=origin,
             **numbers,
         )
 
@@ -191,6 +197,7 @@ _FIELDS = {f.name for f in fields(Entry)}
 REASONS = ("compile", "limits", "wrong", "timeout", "crashed", "device-lost")
 MAX_COUNT = 10**9
 _DATE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z)?$")
+_ORIGIN = re.compile(r"^[\w.:@/-]{0,200}$", re.ASCII)
 MAX_FILE_BYTES = 64 * 2**20  # ~100,000 entries; a larger file is not one of ours
 
 
@@ -392,5 +399,106 @@ def _is_faster(old: dict, new: Entry, replacing: Sequence[dict] = ()) -> bool:
     )
 
 
+def this_machine() -> str:
+    """The host name, as an entry's origin (so merged caches say where each was timed)."""
+    return re.sub(r"[^\w.:@/-]", "-", socket.gethostname(), flags=re.ASCII)[:200]
+
+
 def today() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --- merging the caches of several machines -------------------------------------------
+
+
+class MergeError(ValueError):
+    """Cache files that cannot be merged: not cache files, or of different devices."""
+
+
+@dataclass
+class MergeReport:
+    out: Path
+    entries: int  # in the merged file
+    conflicts: list[str]  # keys where the inputs held different configs (the faster kept)
+    skipped: int  # invalid or stale entries of the inputs, left out
+
+
+def merge(paths: Sequence[Path | str], out: Path | str) -> MergeReport:
+    """Merge cache files of one device (e.g. tuned on several identical machines) into
+    `out` (a file, or a folder that gets the device's file name): per key the fastest
+    verified entry, with its origin. Files of different devices or software versions are
+    refused: an entry is only meaningful for the device it was timed on. Inputs are never
+    changed; `out` may be one of them, otherwise it must not exist yet."""
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise MergeError("no cache files to merge")
+    headers = [_merge_header(p) for p in paths]
+    for path, header in zip(paths[1:], headers[1:], strict=True):
+        for part in ("fingerprint", "versions"):
+            if header[part] != headers[0][part]:
+                raise MergeError(
+                    f"{path} and {paths[0]} are of different devices ({part} "
+                    f"{header[part]} vs {headers[0][part]}); merge only one device's files"
+                )
+    fingerprint, versions = headers[0]["fingerprint"], headers[0]["versions"]
+    out = Path(out)
+    if out.is_dir():
+        out = out / device_file_name(fingerprint, versions)
+    if out.exists() and not any(out.resolve() == p.resolve() for p in paths):
+        raise MergeError(f"{out} exists; name it among the inputs to merge into it")
+    merged: dict[str, Entry] = {}
+    conflicts, skipped = set(), 0
+    for path in paths:
+        source = DeviceCache(path.parent, fingerprint, versions)
+        source.path = path  # any file name: the header was checked above
+        with warnings.catch_warnings(record=True):  # counted as skipped instead
+            warnings.simplefilter("always")
+            entries = source.entries()
+        skipped += len(_merge_header(path)["entries"]) - len(entries)
+        for text_key, entry in entries.items():
+            entry = entry if entry.origin else replace(entry, origin=path.name[:200])
+            old = merged.get(text_key)
+            if old is not None and old.params != entry.params:
+                conflicts.add(text_key)
+            if old is None or entry.median_s < old.median_s:
+                merged[text_key] = entry
+    target = DeviceCache(out.parent, fingerprint, versions)
+    target.path = out
+    target.folder.mkdir(parents=True, exist_ok=True)
+    with filelock.FileLock(str(out) + ".lock"):
+        target._write_atomic(
+            {
+                "schema": SCHEMA,
+                "fingerprint": fingerprint,
+                "versions": versions,
+                "entries": {k: merged[k].to_json() for k in sorted(merged)},
+            }
+        )
+    return MergeReport(out, len(merged), sorted(conflicts), skipped)
+
+
+def _merge_header(path: Path) -> dict:
+    """A merge input's parsed top level, checked as the cache checks its own file."""
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise ValueError(f"larger than {MAX_FILE_BYTES} bytes")
+        data = json.loads(path.read_bytes().decode())
+        if not isinstance(data, dict) or set(data) != {
+            "schema",
+            "fingerprint",
+            "versions",
+            "entries",
+        }:
+            raise ValueError("not a cache file")
+        if data["schema"] != SCHEMA:
+            raise ValueError(f"schema {data['schema']!r}, this autotune reads {SCHEMA}")
+        for part in ("fingerprint", "versions"):
+            if not isinstance(data[part], dict) or not all(
+                isinstance(k, str) and type(v) in (str, int) for k, v in data[part].items()
+            ):
+                raise ValueError(f"{part} is not a map of names to values")
+        if not isinstance(data["entries"], dict):
+            raise ValueError("entries is not an object")
+    except (OSError, ValueError, RecursionError) as error:
+        raise MergeError(f"{path}: {str(error)[:200]}") from None
+    return data

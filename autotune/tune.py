@@ -169,6 +169,7 @@ def tune(
                 failures=dict(result.failures),
                 tuning_s=result.seconds,
                 date=cache.today(),
+                origin=cache.this_machine(),
             )
 
         provisional: list[dict] = []  # params of the bests stored while searching

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from autotune import cache
+from autotune.__main__ import main
 from autotune.problem import Problem
 from autotune.render import template_hash
 from autotune.space import load_space
@@ -196,3 +197,103 @@ def test_default_folder_follows_the_environment(monkeypatch, tmp_path):
     assert cache.default_cache_dir() == tmp_path
     monkeypatch.delenv(cache.CACHE_ENV)
     assert cache.default_cache_dir() == cache.shipped_cache_dir()  # in the checkout
+
+
+# --- merging the caches of several machines (python -m autotune cache merge) ------------
+
+
+def machine_file(folder, *entries, fingerprint=FINGERPRINT, versions=VERSIONS):
+    """A cache file as one machine's tune leaves it."""
+    store = cache.DeviceCache(folder, fingerprint, versions)
+    for e in entries:
+        store.put(e)
+    return store.path
+
+
+def read(path):
+    data = json.loads(path.read_text())
+    return {k: cache.Entry.from_json(k, v) for k, v in data["entries"].items()}
+
+
+def test_disjoint_and_conflicting_entries_merge_to_the_fastest(tmp_path, capsys):
+    shared_slow = replace(entry(64, 64, 64, median_s=3e-3, seed=0), origin="gpu-a")
+    shared_fast = replace(entry(64, 64, 64, median_s=2e-3, seed=1), origin="gpu-b")
+    only_a = replace(entry(128, 64, 64, median_s=1e-3), origin="gpu-a")
+    only_b = entry(64, 128, 64, median_s=1e-3)  # written before entries had an origin
+    a = machine_file(tmp_path / "a", shared_slow, only_a)
+    b = machine_file(tmp_path / "b", shared_fast, only_b)
+    before = a.read_bytes(), b.read_bytes()
+    out = tmp_path / "merged.json"
+    assert main(["cache", "merge", str(a), str(b), "--out", str(out)]) == 0
+    merged = read(out)
+    assert len(merged) == 3
+    kept = merged[str(shared_fast.key)]
+    assert kept.params == shared_fast.params and kept.origin == "gpu-b"
+    assert merged[str(only_a.key)].origin == "gpu-a"
+    assert merged[str(only_b.key)].origin == b.name  # no origin: the file it came from
+    assert "1 keys with different configs" in capsys.readouterr().out
+    assert (a.read_bytes(), b.read_bytes()) == before  # inputs untouched
+    # the merged file serves as a device cache when named as one
+    served = cache.DeviceCache(tmp_path / "served", FINGERPRINT, VERSIONS)
+    served.folder.mkdir()
+    served.path.write_bytes(out.read_bytes())
+    assert served.best(Problem(64, 64, 64), checks=True).params == shared_fast.params
+
+
+def test_out_folder_gets_the_device_file_name_and_may_be_an_input(tmp_path):
+    a = machine_file(tmp_path / "a", entry(64, 64, 64, median_s=3e-3))
+    b = machine_file(tmp_path / "b", entry(64, 64, 64, median_s=1e-3, seed=1))
+    report = cache.merge([a, b], a.parent)  # into a's own file
+    assert report.out == a and report.entries == 1 and len(report.conflicts) == 1
+    assert read(a)[str(entry(64, 64, 64).key)].median_s == 1e-3
+
+
+def test_mixed_devices_are_refused_and_nothing_is_written(tmp_path, capsys):
+    other = dict(FINGERPRINT, device="Other GPU")
+    a = machine_file(tmp_path / "a", entry())
+    b = machine_file(tmp_path / "b", entry(seed=1), fingerprint=other)
+    out = tmp_path / "merged.json"
+    assert main(["cache", "merge", str(a), str(b), "--out", str(out)]) == 2
+    message = capsys.readouterr().err
+    assert "different devices" in message and "Other GPU" in message
+    assert not out.exists()
+    c = machine_file(tmp_path / "c", entry(seed=1), versions=dict(VERSIONS, wgpu="9.9"))
+    with pytest.raises(cache.MergeError, match="versions"):
+        cache.merge([a, c], out)
+
+
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        (b"not json", "Expecting value"),
+        (b'{"schema": 1}', "not a cache file"),
+        (b'{"schema": 99, "fingerprint": {}, "versions": {}, "entries": {}}', "schema 99"),
+        (b'{"schema": 1, "fingerprint": {"a": [1]}, "versions": {}, "entries": {}}', "map"),
+    ],
+)
+def test_a_file_that_is_not_a_cache_is_refused(tmp_path, content, words):
+    good = machine_file(tmp_path / "a", entry())
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content)
+    with pytest.raises(cache.MergeError, match=words):
+        cache.merge([good, bad], tmp_path / "merged.json")
+    assert bad.read_bytes() == content and not (tmp_path / "merged.json").exists()
+
+
+def test_invalid_entries_are_left_out_and_counted(tmp_path):
+    a = machine_file(tmp_path / "a", entry(), entry(128, 64, 64))
+    data = json.loads(a.read_text())
+    first = next(iter(data["entries"]))
+    data["entries"][first]["median_s"] = 1e308  # damaged or crafted
+    a.write_text(json.dumps(data))
+    report = cache.merge([a], tmp_path / "merged.json")
+    assert report.entries == 1 and report.skipped == 1
+    assert first not in read(report.out)
+
+
+def test_out_that_exists_must_be_an_input(tmp_path, capsys):
+    a = machine_file(tmp_path / "a", entry())
+    out = tmp_path / "precious.json"
+    out.write_text("{}")
+    assert main(["cache", "merge", str(a), "--out", str(out)]) == 2
+    assert "exists" in capsys.readouterr().err and out.read_text() == "{}"
