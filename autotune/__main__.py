@@ -23,7 +23,7 @@ from rich.table import Table
 
 from . import device as device_module
 from .arguments import ArgumentError, check_folder
-from .problem import DTYPES, ProblemError, parse_shape
+from .problem import DTYPES, ProblemError, parse_shape, problems_from_file
 from .search import SAMPLERS
 from .space import template_names
 from .worker import WorkerError
@@ -69,11 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m autotune", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    def shape_options(command, many: bool):
+    def shape_options(command, many: bool, required: bool = True):
         command.add_argument(
             "--shape",
             action="append" if many else "store",
-            required=True,
+            required=required,
             metavar="MxNxK",
             help="problem size: C (MxN) = A (MxK) @ B (KxN)" + (" (repeatable)" if many else ""),
         )
@@ -95,7 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
         )
 
     tune = commands.add_parser("tune", help="search, verify and time kernels; cache the best")
-    shape_options(tune, many=True)
+    shape_options(tune, many=True, required=False)
+    tune.add_argument(
+        "--shapes-from",
+        metavar="FILE",
+        help='problems listed in a JSON or TOML file (shape = "MxNxK" or M, N, K; dtype; '
+        "name), e.g. every GEMM of a model; with --shape, both; duplicates tuned once",
+    )
     tune.add_argument(
         "--trials",
         type=_positive_int,
@@ -167,11 +173,22 @@ def build_parser() -> argparse.ArgumentParser:
 def _problems(args) -> list:
     shape = getattr(args, "shape", None)
     shapes = shape if isinstance(shape, list) else [shape] if shape else []
+    dtype = args.dtype if hasattr(args, "dtype") else "f32"
     try:
         # parsed here rather than by argparse, with --dtype, so the error names --shape
-        return [parse_shape(s, args.dtype if hasattr(args, "dtype") else "f32") for s in shapes]
+        problems = [parse_shape(s, dtype) for s in shapes]
     except ProblemError as error:
         raise UsageError(f"argument --shape: {error}") from None
+    if getattr(args, "shapes_from", None):
+        try:
+            problems += problems_from_file(args.shapes_from, dtype)
+        except ProblemError as error:
+            raise UsageError(f"argument --shapes-from: {error}") from None
+    elif args.command == "tune" and not problems:
+        raise UsageError(
+            "argument --shape: required: give --shape MxNxK (repeatable) or --shapes-from FILE"
+        )
+    return list(dict.fromkeys(problems))  # each problem once, in the order given
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,22 +230,32 @@ def _tune(args, problems, console: Console) -> int:
     except TuneError as error:
         raise UsageError(f"argument {_option(error.field)}: {error}") from None
     results = []
-    for problem in problems:
-        with Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            TextColumn("{task.fields[trials]} trials"),
-            TextColumn("best {task.fields[best]}"),
-            TextColumn("failed {task.fields[failed]}"),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=console,
-            transient=False,
-        ) as progress:
+    # One display for all shapes: a bar per shape, and one for the whole list.
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[trials]}"),
+        TextColumn("best {task.fields[best]}"),
+        TextColumn("failed {task.fields[failed]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
+        overall = None
+        if len(problems) > 1:
+            overall = progress.add_task(
+                "all shapes", total=len(problems), best="-", failed=0, trials=""
+            )
+        for done, problem in enumerate(problems):
+            if overall is not None:
+                progress.update(overall, trials=f"{done}/{len(problems)} shapes")
             # The bar follows the trial budget, or the clock when only --timeout is given.
             total = trials or args.timeout
             budget = f"/{trials}" if trials else ""
-            task = progress.add_task(problem.shape, total=total, best="-", failed=0, trials="0")
+            task = progress.add_task(
+                problem.shape, total=total, best="-", failed=0, trials=f"0{budget} trials"
+            )
 
             def on_trial(event, task=task, problem=problem, budget=budget):
                 result = event["result"]
@@ -236,7 +263,7 @@ def _tune(args, problems, console: Console) -> int:
                 progress.update(
                     task,
                     completed=result.study_trials if budget else event["elapsed"],
-                    trials=f"{result.study_trials}{budget}",
+                    trials=f"{result.study_trials}{budget} trials",
                     failed=sum(result.failures.values()),
                     best=f"{best.measurement.gflops(problem.flops):.1f} GFLOP/s" if best else "-",
                 )
@@ -257,8 +284,18 @@ def _tune(args, problems, console: Console) -> int:
                 seed=args.seed,
                 on_trial=on_trial,
             )
-            progress.update(task, completed=total, trials=f"{result.search.study_trials}{budget}")
-        results.append(result)
+            progress.update(
+                task, completed=total, trials=f"{result.search.study_trials}{budget} trials"
+            )
+            results.append(result)
+            if overall is not None:
+                failed = sum(1 for r in results if not r.entry)
+                progress.update(
+                    overall,
+                    advance=1,
+                    failed=failed,
+                    trials=f"{done + 1}/{len(problems)} shapes",
+                )
     console.print(_summary(results))
     console.print(_configs(results))
     for path in dict.fromkeys(r.cache_path for r in results):

@@ -97,3 +97,59 @@ def parse_shape(text: str, dtype: str = "f32") -> Problem:
         raise ProblemError(f"shape {text!r} is not of the form MxNxK, e.g. 1024x1024x1024")
     M, N, K = (int(g) for g in match.groups())
     return Problem(M, N, K, dtype)
+
+
+# Keys a problem may have in a --shapes-from file, and the largest file we read.
+PROBLEM_KEYS = ("shape", "M", "N", "K", "dtype", "name")
+MAX_PROBLEMS_FILE_BYTES = 4 * 2**20
+
+
+def problems_from_file(path, dtype: str = "f32") -> list[Problem]:
+    """The problems a JSON or TOML file lists, duplicates dropped (the first is kept).
+
+    JSON: a list of objects, or {"problems": [...]}; TOML: [[problems]] tables. Each
+    problem has `shape = "MxNxK"` or M, N and K, and optionally `dtype` (default: the
+    `dtype` argument) and `name` (a label, e.g. the layer it comes from, not used).
+    """
+    import json
+    import tomllib
+    from pathlib import Path
+
+    path = Path(path)
+    try:
+        if path.stat().st_size > MAX_PROBLEMS_FILE_BYTES:
+            raise ProblemError(f"{path} is larger than {MAX_PROBLEMS_FILE_BYTES} bytes")
+        text = path.read_text()
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (OSError, ValueError, RecursionError) as error:  # decode errors are ValueErrors
+        raise ProblemError(f"{path}: {str(error)[:200]}") from None
+    if isinstance(data, dict) and set(data) == {"problems"}:
+        data = data["problems"]
+    if not isinstance(data, list) or not data:
+        raise ProblemError(f"{path}: expected a non-empty list of problems (JSON) or [[problems]]")
+    problems = []
+    for index, item in enumerate(data):
+        where = f"{path}: problem {index + 1}"
+        if not isinstance(item, dict):
+            raise ProblemError(f"{where} is not an object/table")
+        unknown = sorted(set(item) - set(PROBLEM_KEYS))
+        if unknown:
+            raise ProblemError(f"{where}: unknown key {unknown[0]!r}; known: {PROBLEM_KEYS}")
+        if not isinstance(item.get("name", ""), str) or len(item.get("name", "")) > 200:
+            raise ProblemError(f"{where}: name must be a string of at most 200 characters")
+        item_dtype = item.get("dtype", dtype)
+        try:
+            if "shape" in item:
+                if any(k in item for k in "MNK") or not isinstance(item["shape"], str):
+                    raise ProblemError('give either shape = "MxNxK" or M, N and K')
+                problem = parse_shape(item["shape"], item_dtype)
+            else:
+                missing = [k for k in "MNK" if k not in item]
+                if missing:
+                    raise ProblemError(f"{', '.join(missing)} missing (or give shape)")
+                problem = Problem(item["M"], item["N"], item["K"], item_dtype)
+        except ProblemError as error:
+            raise ProblemError(f"{where}: {error}") from None
+        if problem not in problems:
+            problems.append(problem)
+    return problems

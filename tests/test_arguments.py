@@ -136,7 +136,19 @@ CLI = [
     (["tune", "--shape", "4x4x4", "--cache", "FILE"], "argument --cache: cache_dir '"),
     (["tune", "--shape", "4x4x4", "--seed", "x"], "argument --seed: invalid int value: 'x'"),
     (["tune", "--shape", "4x4x4", "--frobnicate"], "unrecognized arguments: --frobnicate"),
-    (["tune"], "the following arguments are required: --shape"),
+    (["tune"], "argument --shape: required: give --shape MxNxK (repeatable) or --shapes-from"),
+    (["tune", "--shapes-from", "nope.json"], "argument --shapes-from: nope.json: [Errno 2]"),
+    (["tune", "--shapes-from", "FILE"], "argument --shapes-from: FILE: Expecting value"),
+    (["tune", "--shapes-from", "empty.json"], "expected a non-empty list of problems"),
+    (["tune", "--shapes-from", "bad.toml"], "problem 2: unknown key 'layer'; known: ('shape'"),
+    (["tune", "--shapes-from", "zero.json"], "problem 1: M must be >= 1, got 0"),
+    (["tune", "--shapes-from", "both.json"], 'problem 1: give either shape = "MxNxK" or M, N'),
+    (["tune", "--shapes-from", "text.json"], "problem 1: N must be an integer >= 1, got '4'"),
+    (["tune", "--shapes-from", "f64.json"], "problem 1: dtype 'f64' is not supported"),
+    (["cache"], "the following arguments are required: action"),
+    (["cache", "merge", "--out", "m.json"], "the following arguments are required: FILE"),
+    (["cache", "merge", "FILE", "--out", "m.json"], "argument FILE: FILE: Expecting value"),
+    (["cache", "merge", "nope.json", "--out", "m.json"], "argument FILE: nope.json: [Errno 2]"),
     (["lookup", "--shape", "1x1x0"], "argument --shape: K must be >= 1, got 0"),
     (["lookup", "--shape", "4x4x4", "--dtype", "f16"], "argument --dtype: invalid choice"),
     (["lookup", "--shape", "4x4x4", "--checks", "x"], "argument --checks: invalid choice"),
@@ -157,6 +169,12 @@ CLI = [
 def test_cli_arguments(capsys, tmp_path, monkeypatch, argv, words):
     monkeypatch.chdir(tmp_path)  # (export --out d would write here)
     (tmp_path / "FILE").write_text("not a folder")
+    (tmp_path / "empty.json").write_text("[]")
+    (tmp_path / "bad.toml").write_text('[[problems]]\nshape = "4x4x4"\n[[problems]]\nlayer = 1\n')
+    (tmp_path / "zero.json").write_text('[{"M": 0, "N": 4, "K": 4}]')
+    (tmp_path / "both.json").write_text('[{"shape": "4x4x4", "M": 4}]')
+    (tmp_path / "text.json").write_text('[{"M": 4, "N": "4", "K": 4}]')
+    (tmp_path / "f64.json").write_text('[{"shape": "4x4x4", "dtype": "f64"}]')
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err

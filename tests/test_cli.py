@@ -22,7 +22,7 @@ BAD = [
     (["tune", "--shape", "4x4x4", "--checks", "maybe"], "--checks: invalid choice: 'maybe'"),
     (["tune", "--shape", "4x4x4", "--storage", "nosuchdb://x"], "--storage: storage 'nosuchdb"),
     (["tune", "--shape", "4x4x4", "--storage", "sqlite:////nonexistent/dir/x.db"], "--storage:"),
-    (["tune"], "the following arguments are required: --shape"),
+    (["tune"], "--shape: required: give --shape MxNxK (repeatable) or --shapes-from FILE"),
     (["lookup", "--shape", "1x1x0"], "--shape: K must be >= 1, got 0"),
     (["frobnicate"], "argument command: invalid choice: 'frobnicate'"),
     ([], "the following arguments are required: command"),
@@ -97,3 +97,23 @@ def test_devices_and_demo(gpu, capsys):
     assert main(["demo", "--shape", "40x40x40"]) == 0
     out = capsys.readouterr().out
     assert out.count("ok") >= 3 and "WRONG" not in out
+
+
+@pytest.mark.gpu
+def test_tune_shapes_from_a_model_file_tunes_each_problem_once(gpu, tmp_path, capsys):
+    model = tmp_path / "model.toml"
+    model.write_text(
+        '[[problems]]\nname = "qkv"\nshape = "24x20x16"\n'
+        '[[problems]]\nname = "qkv again"\nM = 24\nN = 20\nK = 16\n'
+        '[[problems]]\nname = "out"\nshape = "20x24x16"\n'
+    )
+    argv = ["tune", "--shapes-from", str(model), "--shape", "20x24x16", "--trials", "2"]
+    argv += ["--template", "naive", "--cache", str(tmp_path / "cache")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "2/2 shapes" in out  # one display for the whole list
+    summary = out[out.index("best kernel per shape") :]
+    assert summary.count("24x20x16") == 2 and summary.count("20x24x16") == 2  # table + config
+    for shape in ("24x20x16", "20x24x16"):
+        assert main(["lookup", "--shape", shape, "--json", "--cache", str(tmp_path / "cache")]) == 0
+        assert json.loads(capsys.readouterr().out)["source"] == "exact"
