@@ -35,6 +35,15 @@ def check_seed(value: object, error=ArgumentError) -> int | None:
     return None if value is None else int(value)
 
 
+def check_count(field: str, value: object, most: int, error=ArgumentError) -> int | None:
+    """None (the default), or a whole number from 0 to `most`."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or not 0 <= value <= most:
+        raise error(field, f"{field} must be None or an integer 0..{most}, got {value!r:.60}")
+    return int(value)
+
+
 def check_seconds(field: str, value: object, error=ArgumentError) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
         raise error(field, f"{field} must be a number of seconds > 0, got {value!r:.60}")

@@ -23,8 +23,9 @@ import secrets
 import socket
 import time
 import warnings
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -70,14 +71,19 @@ def evaluate(
     max_dispatch_s: float | None = None,
     seed: int | None = None,
     reference: Reference | None = None,
+    compiling: Future | None = None,
 ) -> Outcome:
     """Render, compile, verify and (only if correct) time one config.
 
     `reference`: the inputs and expected product to check against (shared by the
     candidates of one search); without it, fresh random data for this call.
+    `compiling`: this config's compile, started earlier in another thread.
     """
     try:
-        compiled = compile_shader(render(config, problem), gpu, checks=checks)
+        if compiling is not None:
+            compiled = compiling.result()
+        else:
+            compiled = compile_shader(render(config, problem), gpu, checks=checks)
     except CompileError as error:
         return Outcome(config, reason=error.reason, detail=str(error)[:500])
     reference = reference or Reference(problem, seed)
@@ -224,6 +230,7 @@ def search(
     limits: dict | None = None,
     worker: Worker | None = None,
     candidate_timeout: float = CANDIDATE_S,
+    compile_ahead: int | None = None,
 ) -> SearchResult:
     """Search the templates' spaces for the fastest correct kernel of `problem`.
 
@@ -236,6 +243,9 @@ def search(
     Candidates run in `worker` (prepared for this problem and check mode; without one, a
     worker is started here and stopped at the end); one that gives no answer within
     `candidate_timeout` seconds is a `timeout` and the worker is restarted.
+    `compile_ahead`: how many of the next configs the worker compiles (in threads) while
+    it verifies and times the current one; default 1, or 0 on a CPU adapter (lavapipe),
+    where compiling would slow the kernel being timed.
     """
     arguments = dict(locals())
     if trials is None and timeout is None:
@@ -269,76 +279,110 @@ def search(
     rng = np.random.default_rng(seed)
     grid = iter(valid) if sampler == "grid" else None
     result = SearchResult(problem, None, 0, 0, study_name=name)
-    idle, repeat, refreshed = 0, None, -math.inf
-    while True:
-        # Re-read the study (other processes' results) at most once a second: with many
-        # pruned proposals, reading it on every ask would cost more than the search.
-        if time.monotonic() - refreshed > 1.0:
-            history, refreshed = _history(study), time.monotonic()
-        result.study_trials = len(history)
-        if trials is not None and len(history) >= trials:
-            break
-        if timeout is not None and time.monotonic() - start >= timeout:
-            break
-        if len(history) >= len(valid):
-            break  # the whole space is measured
-        neighbour = repeat and _unmeasured_neighbour(repeat, valid, history, rng)
-        if grid is not None or idle >= MAX_IDLE_ASKS or (repeat and not neighbour):
-            # Choose an unmeasured valid config ourselves: in order for grid, at random
-            # when the sampler keeps proposing invalid points or measured ones with no
-            # unmeasured neighbour.
-            pool = grid if grid is not None else iter(rng.permutation(len(valid)).tolist())
-            for item in pool:
-                config = item if grid is not None else valid[item]
-                if str(config) not in history:
-                    study.enqueue_trial(_trial_params(config, templates))
+    state = {"history": {}, "refreshed": -math.inf, "idle": 0, "repeat": None}
+    if compile_ahead is None:  # on a CPU adapter compiling would disturb the timing
+        compile_ahead = 0 if evaluator is not None or gpu.fingerprint.adapter_type == "CPU" else 1
+
+    def claim() -> tuple[optuna.Trial, Config] | None:
+        """The next config to measure, its trial claimed in the study; None: stop."""
+        while True:
+            # Re-read the study (other processes' results) at most once a second: with
+            # many pruned proposals, reading it on every ask would cost more than the search.
+            if time.monotonic() - state["refreshed"] > 1.0:
+                state["history"], state["refreshed"] = _history(study), time.monotonic()
+            history = state["history"]
+            result.study_trials = len(history)
+            if trials is not None and len(history) + len(pending) >= trials:
+                return None
+            if timeout is not None and time.monotonic() - start >= timeout:
+                return None
+            if len(history) + len(pending) >= len(valid):
+                return None  # the whole space is measured
+            repeat = state["repeat"]
+            neighbour = repeat and _unmeasured_neighbour(repeat, valid, history, rng)
+            if grid is not None or state["idle"] >= MAX_IDLE_ASKS or (repeat and not neighbour):
+                # Choose an unmeasured valid config ourselves: in order for grid, at random
+                # when the sampler keeps proposing invalid points or measured ones with no
+                # unmeasured neighbour.
+                pool = grid if grid is not None else iter(rng.permutation(len(valid)).tolist())
+                for item in pool:
+                    config = item if grid is not None else valid[item]
+                    if str(config) not in history:
+                        study.enqueue_trial(_trial_params(config, templates))
+                        break
+                state["idle"] = 0
+            elif neighbour:
+                # The sampler proposed a measured config (TPE does, once it converges):
+                # measure an unmeasured neighbour instead, a config differing in one
+                # parameter.
+                study.enqueue_trial(_trial_params(neighbour, templates))
+            state["repeat"] = None
+            trial = study.ask()
+            config = _config_from_trial(trial, templates)
+            reason = load_space(config.template).why_invalid(config, problem, limits)
+            if reason:
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                state["idle"] += 1
+                continue
+            if str(config) in history:  # measured before: its result, no GPU time
+                _tell(study, trial, history[str(config)])
+                state["repeat"] = config
+                continue
+            # Claim the config, then look again: of two claims of one config at once (by
+            # two processes, or by this one for a config it is already compiling), the
+            # later trial backs off.
+            trial.set_user_attr("config", str(config))
+            trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+            if _claimed_elsewhere(study, trial, config):
+                trial.set_user_attr("duplicate", True)
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                state["idle"] += 1
+                continue
+            state["idle"] = 0
+            return trial, config
+
+    # Claimed configs waiting their turn: with compile_ahead, the worker compiles the
+    # next ones while it times the current one (never two timings at once).
+    pending: deque[tuple[optuna.Trial, Config]] = deque()
+    try:
+        while True:
+            while len(pending) < 1 + compile_ahead:
+                claimed = claim()
+                if claimed is None:
                     break
-            idle = 0
-        elif neighbour:
-            # The sampler proposed a measured config (TPE does, once it converges): measure
-            # an unmeasured neighbour instead, a config differing in one parameter.
-            study.enqueue_trial(_trial_params(neighbour, templates))
-        repeat = None
-        trial = study.ask()
-        config = _config_from_trial(trial, templates)
-        reason = load_space(config.template).why_invalid(config, problem, limits)
-        if reason:
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            idle += 1
-            continue
-        if str(config) in history:  # measured before: its result, no GPU time
-            _tell(study, trial, history[str(config)])
-            repeat = config
-            continue
-        # Claim the config, then look again: of two processes that claimed the same
-        # config at once, the one with the later trial number backs off.
-        trial.set_user_attr("config", str(config))
-        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
-        if _claimed_elsewhere(study, trial, config):
-            trial.set_user_attr("duplicate", True)
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            idle += 1
-            continue
-        idle = 0
-        best_s = result.best.measurement.median_s if result.best else None
-        limit = max_dispatch_s or (max(1.0, 50 * best_s) if best_s else None)
-        if evaluator is not None:
-            outcome = evaluator(config)
-        else:
-            outcome = worker.evaluate(config, max_dispatch_s=limit, timeout_s=candidate_timeout)
-        _record(trial, outcome)
-        history[str(config)] = outcome.measurement.median_s if outcome.ok else None
-        result.measured += 1
-        if not outcome.ok:
-            result.failures[outcome.reason] += 1
-        elif result.best is None or outcome.measurement.median_s < best_s:
-            result.best = outcome
-        # The caller stores a new best (tune: in the cache) before the trial is told
-        # finished: killed in between, the trial counts as interrupted and is measured
-        # again, so no finished result is ever missing from the cache.
-        if on_trial:
-            on_trial({"outcome": outcome, "result": result, "elapsed": time.monotonic() - start})
-        _tell(study, trial, outcome.measurement.median_s if outcome.ok else None)
+                pending.append(claimed)
+                if len(pending) > 1:
+                    worker.compile_ahead(claimed[1])
+            if not pending:
+                break
+            trial, config = pending.popleft()
+            if timeout is not None and time.monotonic() - start >= timeout:
+                pending.appendleft((trial, config))
+                break  # out of time: claimed but unmeasured configs are released below
+            best_s = result.best.measurement.median_s if result.best else None
+            limit = max_dispatch_s or (max(1.0, 50 * best_s) if best_s else None)
+            if evaluator is not None:
+                outcome = evaluator(config)
+            else:
+                outcome = worker.evaluate(config, max_dispatch_s=limit, timeout_s=candidate_timeout)
+            _record(trial, outcome)
+            state["history"][str(config)] = outcome.measurement.median_s if outcome.ok else None
+            result.measured += 1
+            if not outcome.ok:
+                result.failures[outcome.reason] += 1
+            elif result.best is None or outcome.measurement.median_s < best_s:
+                result.best = outcome
+            # The caller stores a new best (tune: in the cache) before the trial is told
+            # finished: killed in between, the trial counts as interrupted and is measured
+            # again, so no finished result is ever missing from the cache.
+            if on_trial:
+                on_trial(
+                    {"outcome": outcome, "result": result, "elapsed": time.monotonic() - start}
+                )
+            _tell(study, trial, outcome.measurement.median_s if outcome.ok else None)
+    finally:
+        for trial, _ in pending:  # claimed, never measured: free for a later run
+            _release(study, trial)
     result.study_trials = len(_history(study))
     result.best = _study_best(study, result.best, problem)
     seeds = [c for t in templates for c in load_space(t).seed_configs(problem, limits)]
@@ -407,6 +451,13 @@ def _fail_interrupted(study: optuna.Study) -> None:
         if name == host and pid.isdigit() and not _alive(int(pid)):
             study._storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
             study._storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
+
+
+def _release(study: optuna.Study, trial: optuna.Trial) -> None:
+    """Give back a claimed trial that was not measured: failed, marked interrupted, so it
+    neither counts as measured nor keeps its config from being measured later."""
+    trial.set_user_attr("interrupted", True)
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
 
 
 def _alive(pid: int) -> bool:

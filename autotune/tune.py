@@ -14,7 +14,14 @@ from pathlib import Path
 import optuna
 
 from . import cache
-from .arguments import ArgumentError, check_flag, check_folder, check_seconds, check_seed
+from .arguments import (
+    ArgumentError,
+    check_count,
+    check_flag,
+    check_folder,
+    check_seconds,
+    check_seed,
+)
 from .device import Gpu, get_gpu, portable_limits, versions
 from .kernel import check_fits
 from .problem import Problem
@@ -115,6 +122,7 @@ def tune(
     on_trial=None,
     portable: bool = False,
     candidate_timeout: float = CANDIDATE_S,
+    compile_ahead: int | None = None,
 ) -> TuneResult:
     """Find the fastest correct kernel for this problem on this device and cache it.
 
@@ -122,6 +130,8 @@ def tune(
     browser); their entries sit in the same cache, and lookup(portable=True) finds them.
     Each candidate runs in a worker process; one that does not finish within
     `candidate_timeout` seconds is recorded as a `timeout` and the worker restarted.
+    `compile_ahead` (None: 1 on a GPU, 0 on a CPU adapter) is how many of the next
+    candidates the worker compiles while it times the current one.
     """
     problem = Problem(M, N, K, dtype)
     templates = check_templates(templates)
@@ -130,6 +140,7 @@ def tune(
     portable = check_flag("portable", portable, TuneError)
     seed = check_seed(seed, TuneError)
     candidate_timeout = check_seconds("candidate_timeout", candidate_timeout, TuneError)
+    compile_ahead = check_count("compile_ahead", compile_ahead, 4, TuneError)
     cache_dir = check_folder("cache_dir", cache_dir, writable=True, error=TuneError)
     if gpu is not None and not isinstance(gpu, Gpu):
         raise TuneError("gpu", f"gpu must be an autotune.Gpu or None, got {type(gpu).__name__}")
@@ -196,6 +207,7 @@ def tune(
             limits=limits,
             worker=worker,
             candidate_timeout=candidate_timeout,
+            compile_ahead=compile_ahead,
         )
         entry = None
         if len(result.finalists) > 1:

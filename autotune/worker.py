@@ -10,6 +10,8 @@ kills and restarts the worker when it is late (`timeout`), restarts it when it d
                                    ◄─ ready ───────  (inputs + float64 product, once)
     evaluate(config, ...)          ── evaluate ───► search.evaluate: render, compile,
                                    ◄─ Outcome ─────  verify, time
+    compile_ahead(next config)     ── compile ────► compile_shader in a thread, while
+                                                     the current candidate is timed
     retime(finalists)              ── retime ─────► search.retime: the fastest, timed
                                    ◄─ Outcome ─────  again back to back
 
@@ -182,6 +184,17 @@ class Worker:
             self._stop()  # it exits by itself; the next candidate opens a new device
         return outcome
 
+    def compile_ahead(self, config: Config) -> None:
+        """Let the worker start compiling `config` (in a thread) while it works on the
+        current candidate; a later evaluate(config) uses that compile. No answer: if the
+        worker dies meanwhile, evaluate compiles anew in the next one."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        try:
+            self.connection.send(("compile", config))
+        except OSError:
+            pass  # it died just now: the next evaluate sees that
+
     def retime(self, configs: list[Config], *, timeout_s: float = CANDIDATE_S):
         """search.retime in the worker: the fastest of `configs` timed again, or None
         (also when the worker fails meanwhile: the search's own timings then stand)."""
@@ -257,8 +270,16 @@ def _run_fault(config: Config, gpu) -> None:
         faults.pause(action)
 
 
+def _render_and_compile(config: Config, problem: Problem, gpu, checks: bool):
+    from .compile import compile_shader
+    from .render import render
+
+    return compile_shader(render(config, problem), gpu, checks=checks)
+
+
 def serve(connection: Connection) -> int:
     """Answer the tuner's messages until it says exit or goes away."""
+    from concurrent.futures import ThreadPoolExecutor
     from dataclasses import replace
 
     from .device import get_gpu
@@ -266,6 +287,8 @@ def serve(connection: Connection) -> int:
     from .verify import Reference
 
     gpu = problem = reference = checks = None
+    compiler = ThreadPoolExecutor(max_workers=2, thread_name_prefix="compile")
+    compiling = {}  # config text -> Future of its compile, started by a "compile" message
     while True:
         try:
             message = connection.recv()
@@ -276,6 +299,7 @@ def serve(connection: Connection) -> int:
             return 0
         if kind == "setup":
             _, problem, seed, checks = message
+            compiling.clear()
             try:
                 gpu = get_gpu()
                 reference = Reference(problem, seed)
@@ -283,6 +307,12 @@ def serve(connection: Connection) -> int:
                 connection.send(("error", f"{type(error).__name__}: {error}"))
                 return 1
             connection.send(("ready", gpu.fingerprint.as_dict()))
+        elif kind == "compile":
+            config = message[1]
+            if str(config) not in compiling:
+                compiling[str(config)] = compiler.submit(
+                    _render_and_compile, config, problem, gpu, checks
+                )
         elif kind == "evaluate":
             _, config, max_dispatch_s = message
             _run_fault(config, gpu)
@@ -293,6 +323,7 @@ def serve(connection: Connection) -> int:
                 checks=checks,
                 max_dispatch_s=max_dispatch_s,
                 reference=reference,
+                compiling=compiling.pop(str(config), None),
             )
             if not outcome.ok and _device_lost(gpu):
                 # Whatever the candidate seemed to do, the device is gone: say so and exit,

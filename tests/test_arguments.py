@@ -35,6 +35,9 @@ TUNE = [
     (dict(on_trial=5), "on_trial", "on_trial must be callable or None, got 5"),
     (dict(portable="yes"), "portable", "portable must be True or False, got 'yes'"),
     (dict(candidate_timeout=0), "candidate_timeout", "candidate_timeout must be a number of"),
+    (dict(compile_ahead=-1), "compile_ahead", "compile_ahead must be None or an integer 0..4"),
+    (dict(compile_ahead=9), "compile_ahead", "compile_ahead must be None or an integer 0..4"),
+    (dict(compile_ahead=1.0), "compile_ahead", "compile_ahead must be None or an integer"),
 ]
 
 LOOKUP = [

@@ -29,7 +29,10 @@ def measured_trials(study):
     ]
 
 
-def test_failures_are_recorded_with_their_reason_and_the_search_goes_on(gpu, faulty_templates):
+@pytest.mark.parametrize("ahead", [0, 2], ids=["one at a time", "compiling ahead"])
+def test_failures_are_recorded_with_their_reason_and_the_search_goes_on(
+    gpu, faulty_templates, ahead
+):
     problem = Problem(24, 20, 16)
     storage = optuna.storages.InMemoryStorage()
     result = search(
@@ -40,6 +43,7 @@ def test_failures_are_recorded_with_their_reason_and_the_search_goes_on(gpu, fau
         sampler="grid",
         storage=storage,
         max_dispatch_s=0.05,
+        compile_ahead=ahead,  # a compile error found ahead is still that trial's
     )
     assert result.measured == 6
     assert result.failures == Counter({"wrong": 2, "compile": 2, "timeout": 1})
@@ -49,6 +53,34 @@ def test_failures_are_recorded_with_their_reason_and_the_search_goes_on(gpu, fau
         t.user_attrs["params"]["MODE"]: t.user_attrs["reason"] for t in measured_trials(study)
     }
     assert reasons == {0: "", 1: "compile", 2: "wrong", 3: "wrong", 4: "timeout", 5: "compile"}
+
+
+@pytest.mark.parametrize("budget", ["trials", "timeout"])
+def test_compiling_ahead_measures_each_config_once_and_releases_what_it_did_not_measure(
+    gpu, budget
+):
+    problem = Problem(40, 36, 20)
+    storage = optuna.storages.InMemoryStorage()
+    limits = dict(trials=7) if budget == "trials" else dict(trials=None, timeout=6.0)
+    result = search(
+        problem, gpu, templates=["blocked"], seed=4, storage=storage, compile_ahead=2, **limits
+    )
+    study = optuna.load_study(study_name=result.study_name, storage=storage)
+    measured = measured_trials(study)
+    configs = [t.user_attrs["config"] for t in measured]
+    assert len(configs) == len(set(configs)) == result.measured
+    if budget == "trials":
+        assert result.measured == 7
+    states = Counter(t.state for t in study.get_trials(deepcopy=False))
+    assert states[optuna.trial.TrialState.RUNNING] == 0
+    released = [t for t in study.trials if t.user_attrs.get("interrupted")]
+    assert all(t.state == optuna.trial.TrialState.FAIL for t in released)
+    assert not {t.user_attrs["config"] for t in released} & set(configs)
+    assert result.best is not None and result.best.ok
+    again = search(  # released configs are free for the next run; measured ones are not
+        problem, gpu, templates=["blocked"], seed=4, storage=storage, trials=result.measured + 2
+    )
+    assert again.measured == 2
 
 
 def test_wrong_kernel_is_never_cached(gpu, faulty_templates, cache_dir):
