@@ -8,34 +8,7 @@ import pytest
 
 from autotune.__main__ import main
 
-BAD = [
-    (["tune", "--shape", "0x4x4"], "--shape: M must be >= 1, got 0"),
-    (["tune", "--shape", "4x-4x4"], "--shape: N must be >= 1, got -4"),
-    (["tune", "--shape", "4x4"], "--shape: shape '4x4' is not of the form MxNxK"),
-    (["tune", "--shape", "big"], "--shape: shape 'big' is not of the form MxNxK"),
-    (["tune", "--shape", "4x4x4", "--dtype", "f64"], "--dtype: invalid choice: 'f64'"),
-    (["tune", "--shape", "4x4x4", "--template", "nope"], "--template: invalid choice: 'nope'"),
-    (["tune", "--shape", "4x4x4", "--sampler", "magic"], "--sampler: invalid choice: 'magic'"),
-    (["tune", "--shape", "4x4x4", "--trials", "0"], "--trials: must be an integer >= 1, got 0"),
-    (["tune", "--shape", "4x4x4", "--trials", "x"], "--trials: must be an integer >= 1, got 'x'"),
-    (["tune", "--shape", "4x4x4", "--timeout", "-3"], "--timeout: must be a number of seconds"),
-    (["tune", "--shape", "4x4x4", "--checks", "maybe"], "--checks: invalid choice: 'maybe'"),
-    (["tune", "--shape", "4x4x4", "--storage", "nosuchdb://x"], "--storage: storage 'nosuchdb"),
-    (["tune", "--shape", "4x4x4", "--storage", "sqlite:////nonexistent/dir/x.db"], "--storage:"),
-    (["tune"], "--shape: required: give --shape MxNxK (repeatable) or --shapes-from FILE"),
-    (["lookup", "--shape", "1x1x0"], "--shape: K must be >= 1, got 0"),
-    (["frobnicate"], "argument command: invalid choice: 'frobnicate'"),
-    ([], "the following arguments are required: command"),
-]
-
-
-@pytest.mark.parametrize("argv, message", BAD, ids=[" ".join(a) or "nothing" for a, _ in BAD])
-def test_bad_arguments_exit_2_with_one_line(capsys, argv, message):
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err
-    assert err.startswith("autotune: error: argument ") or "required" in err
-    assert message in err
+# Every bad argument of every command: tests/test_arguments.py (one table for the CLI).
 
 
 def test_bad_argument_in_a_real_process():
