@@ -125,6 +125,10 @@ def test_export_arguments(gpu, kwargs, expected, words, tmp_path, cache_dir):
 CLI = [
     (["tune", "--shape", "0x4x4"], "argument --shape: M must be >= 1, got 0"),
     (["tune", "--shape", "4x4"], "argument --shape: shape '4x4' is not of the form MxNxK"),
+    (["tune", "--shape", "4x-4x4"], "argument --shape: N must be >= 1, got -4"),
+    (["tune", "--shape", "big"], "argument --shape: shape 'big' is not of the form MxNxK"),
+    (["tune", "--shape", "4x4x4", "--trials", "x"], "argument --trials: must be an integer"),
+    (["tune", "--shape", "4x4x4", "--storage", "sqlite:////nonexistent/dir/x.db"], "--storage:"),
     (["tune", "--shape", "4x4x4x4"], "argument --shape: shape '4x4x4x4' is not of the form"),
     (["tune", "--shape", "4x4x99999999999"], "argument --shape: K must be < 2**31"),
     (["tune", "--shape", "4x4x4", "--dtype", "f64"], "argument --dtype: invalid choice: 'f64'"),
