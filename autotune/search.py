@@ -164,6 +164,8 @@ def study_name(
         problem.layout,
         "checks" if checks else "nochecks",
     ]
+    if problem.batch > 1 or problem.epilogue != "none":  # plain names stay as they were
+        parts[5:5] = [problem.batch_text, problem.epilogue]
     parts += ["portable"] if portable else []
     parts += [f"{t}-{template_hash(t)}" for t in templates]
     return ":".join(parts)
