@@ -35,6 +35,16 @@ TUNE = [
     (dict(on_trial=5), "on_trial", "on_trial must be callable or None, got 5"),
     (dict(portable="yes"), "portable", "portable must be True or False, got 'yes'"),
     (dict(candidate_timeout=0), "candidate_timeout", "candidate_timeout must be a number of"),
+    (
+        dict(layout="xn"),
+        (ProblemError, "layout"),
+        "layout 'xn' is not supported; supported: nn, nt",
+    ),
+    (dict(batch=0), (ProblemError, "batch"), "batch must be >= 1, got 0"),
+    (dict(shared_b="yes"), (ProblemError, "shared_b"), "shared_b must be True or False, got 'yes'"),
+    (dict(epilogue="tanh"), (ProblemError, "epilogue"), "epilogue operation 'tanh' is unknown"),
+    (dict(epilogue="relu,gelu"), (ProblemError, "epilogue"), "has two activations"),
+    (dict(epilogue=5), (ProblemError, "epilogue"), "epilogue must be a comma-separated string"),
 ]
 
 LOOKUP = [
@@ -45,11 +55,29 @@ LOOKUP = [
     (dict(portable=1), "portable", "portable must be True or False, got 1"),
     (dict(cache_dir="FILE"), "cache_dir", "exists and is not a folder"),
     (dict(gpu=object()), "gpu", "gpu must be an autotune.Gpu or None, got object"),
+    (dict(layout="TN"), (ProblemError, "layout"), "layout 'TN' is not supported"),
+    (dict(batch=1.5), (ProblemError, "batch"), "batch must be an integer >= 1, got 1.5"),
+    (dict(epilogue=["bias", "bias"]), (ProblemError, "epilogue"), "repeats an operation"),
+    (dict(epilogue="bias;relu"), (ProblemError, "epilogue"), "operation 'bias;relu' is unknown"),
 ]
 
 MATMUL = [
     (dict(A=[[1.0]]), ProblemError, "A must be a numpy.ndarray, got list"),
-    (dict(A=np.ones(4, np.float32)), ProblemError, "A must be 2-D, got 1-D"),
+    (dict(A=np.ones(4, np.float32)), ProblemError, "A must be 2-D or 3-D, got 1-D"),
+    (dict(B=np.ones((1, 4, 4), np.float32)), (ProblemError, "B"), "B must be 2-D, got 3-D"),
+    (
+        dict(A=np.ones((2, 4, 4), np.float32), B=np.ones((3, 4, 4), np.float32)),
+        ProblemError,
+        "A and B must have one batch count, got 2 and 3",
+    ),  # fmt: skip
+    (dict(activation="tanh"), (ProblemError, "activation"), "activation 'tanh' is unknown"),
+    (dict(bias=np.ones(3, np.float32)), (ProblemError, "bias"), "bias must be (4,) float32, got"),
+    (dict(bias=np.ones(4)), (ProblemError, "bias"), "bias must be (4,) float32, got (4,) float64"),
+    (dict(beta=0.5), (ProblemError, "C"), "beta != 0 needs C, the addend"),
+    (dict(alpha="2"), (ProblemError, "alpha"), "alpha must be a number, got '2'"),
+    (dict(beta=float("inf"), C=F32), (ProblemError, "beta"), "beta must be finite, got inf"),
+    (dict(trans_b="yes"), "trans_b", "trans_b must be True or False, got 'yes'"),
+    (dict(B=np.ones((4, 5), np.float32), trans_b=True), ProblemError, "inner dimensions differ"),
     (dict(B=np.ones((4, 4))), ProblemError, "A and B must have one dtype"),
     (dict(B=np.ones((5, 4), np.float32)), ProblemError, "inner dimensions differ"),
     (dict(A=np.ones((0, 4), np.float32)), ProblemError, "A must not be empty"),
@@ -71,16 +99,22 @@ def _check(call, kwargs, expected, words, tmp_path, error_type=ArgumentError):
     kwargs = {
         k: (str(a_file) if isinstance(v, str) and v == "FILE" else v) for k, v in kwargs.items()
     }
-    error = expected if isinstance(expected, type) else error_type
+    # expected: an error type, a field of `error_type`, or (error type, field)
+    error, field = (expected, None) if isinstance(expected, type) else (error_type, expected)
+    if isinstance(expected, tuple):
+        error, field = expected
     with pytest.raises(error) as raised:
         call(**kwargs)
     assert words in str(raised.value)
-    if not isinstance(expected, type):
-        assert raised.value.field == expected
+    if field is not None:
+        assert raised.value.field == field
 
 
 def _ids(table):
-    return [f"{next(iter(k))}={next(iter(k.values()))!r:.20}" for k, _, _ in table]
+    return [
+        f"{next(iter(k))}={next(iter(k.values()))!r:.20}" + ("+" if len(k) > 1 else "")
+        for k, _, _ in table
+    ]
 
 
 @pytest.mark.parametrize("kwargs, expected, words", TUNE, ids=_ids(TUNE))
@@ -138,7 +172,12 @@ CLI = [
     (["tune", "--shape", "4x4x4", "--frobnicate"], "unrecognized arguments: --frobnicate"),
     (["tune"], "the following arguments are required: --shape"),
     (["lookup", "--shape", "1x1x0"], "argument --shape: K must be >= 1, got 0"),
-    (["lookup", "--shape", "4x4x4", "--dtype", "f16"], "argument --dtype: invalid choice"),
+    (["lookup", "--shape", "4x4x4", "--dtype", "f64"], "argument --dtype: invalid choice"),
+    (["tune", "--shape", "4x4x4", "--layout", "xx"], "argument --layout: invalid choice: 'xx'"),
+    (["tune", "--shape", "4x4x4", "--batch", "0"], "argument --batch: must be an integer >= 1"),
+    (["tune", "--shape", "4x4x4", "--epilogue", "tanh"], "argument --epilogue: epilogue operati"),
+    (["lookup", "--shape", "4x4x4", "--epilogue", "relu,gelu"], "argument --epilogue: epilogue"),
+    (["export", "--shape", "4x4x4", "--out", "d", "--epilogue", "x"], "argument --epilogue: "),
     (["lookup", "--shape", "4x4x4", "--checks", "x"], "argument --checks: invalid choice"),
     (["lookup", "--shape", "4x4x4", "--cache", "FILE"], "argument --cache: cache_dir '"),
     (["lookup"], "the following arguments are required: --shape"),
