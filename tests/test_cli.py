@@ -70,6 +70,10 @@ def test_help_documents_every_command():
         "--sampler",
         "--storage",
         "--cache",
+        "--layout",
+        "--batch",
+        "--shared-b",
+        "--epilogue",
     ):
         assert option in done.stdout
 
@@ -97,3 +101,38 @@ def test_devices_and_demo(gpu, capsys):
     assert main(["demo", "--shape", "40x40x40"]) == 0
     out = capsys.readouterr().out
     assert out.count("ok") >= 3 and "WRONG" not in out
+
+
+@pytest.mark.gpu
+def test_variant_tune_lookup_export(gpu, tmp_path, capsys):
+    """f16, B transposed, a batch of 2, bias and GELU fused: tuned, cached under its own
+    key, looked up exactly, nearest for another M, exported with its manifest fields."""
+    cache = str(tmp_path / "cache")
+    variant = ["--dtype", "f16", "--layout", "nt", "--batch", "2", "--epilogue", "gelu,bias"]
+    argv = ["tune", "--shape", "40x48x24", *variant, "--trials", "3", "--cache", cache]
+    assert main([*argv, "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "blockedx" in out and "epilogue bias,gelu" in out
+    (path,) = (tmp_path / "cache").glob("*.json")
+    (key,) = json.loads(path.read_text())["entries"]
+    assert key.startswith("blockedx:") and key.endswith(":f16:nt:device:40x48x24:b2:bias,gelu")
+    assert main(["lookup", "--shape", "40x48x24", *variant, "--cache", cache, "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["source"] == "exact" and info["template"] == "blockedx"
+    assert (info["layout"], info["batch"], info["epilogue"]) == ("nt", 2, "bias,gelu")
+    assert main(["lookup", "--shape", "44x48x24", *variant, "--cache", cache, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["source"] == "nearest"
+    assert main(["lookup", "--shape", "40x48x24", "--dtype", "f16", "--cache", cache]) == 0
+    assert "source: default" in capsys.readouterr().out
+    out_dir = tmp_path / "out"
+    assert (
+        main(["export", "--shape", "40x48x24", *variant, "--cache", cache, "--out", str(out_dir)])
+        == 0
+    )
+    (manifest,) = out_dir.glob("*.json")
+    data = json.loads(manifest.read_text())
+    assert manifest.name == "gemm_40x48x24_f16_nt_b2_bias_gelu.json"
+    assert data["required_features"] == ["shader-f16"] and data["layout"] == "nt"
+    assert data["batch"] == 2 and data["epilogue"]["ops"] == ["bias", "gelu"]
+    assert [b["name"] for b in data["bindings"]] == ["A", "B", "C", "dims", "bias"]
+    assert data["dispatch"][2] == 2 and data["bindings"][1]["shape"] == [2, 48, 24]
