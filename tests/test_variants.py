@@ -13,6 +13,7 @@ from autotune.cache import Key, _parse_key
 from autotune.compile import compile_shader
 from autotune.data import data_path
 from autotune.kernel import check_features
+from autotune.measure import measure
 from autotune.problem import Problem, ProblemError
 from autotune.render import render, template_hash
 from autotune.space import load_space
@@ -182,3 +183,25 @@ def test_matmul_variants_match_numpy(gpu):
     np.testing.assert_allclose(again, -(A32 @ B32), rtol=1e-4, atol=1e-4)
     with pytest.raises(ProblemError, match="this kernel computes"):
         kernel(A32.T.copy(), B32, C0, bias=np.zeros(31, np.float32))  # another problem
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("epilogue", ["alpha,beta,bias", "bias,gelu"])
+def test_large_variants_are_checked_by_sampling(gpu, epilogue):
+    """Above FULL_CHECK_FLOPS the check samples batch items, rows, columns (and, for a
+    linear epilogue, Freivalds' test): a right kernel passes, one ignoring C or the bias
+    fails, as does one that skips a batch item (one B where there are two)."""
+    problem = Problem(520, 516, 512, "f32", "nt", 2, False, epilogue)
+    reference = Reference(problem, seed=4)
+    assert not reference.full
+    config = load_space("blockedx").seed_configs(problem, gpu.limits)[0]
+    compiled = compile_shader(render(config, problem), gpu)
+    assert verify(compiled, gpu, reference=reference).ok
+    assert measure(compiled, gpu, passes=3, budget_s=0.5).median_s > 0
+    without = {"alpha,beta,bias": "alpha", "bias,gelu": "gelu"}[epilogue]  # C, bias ignored
+    for wrong in (
+        Problem(520, 516, 512, "f32", "nt", 2, False, without),
+        Problem(520, 516, 512, "f32", "nt", 2, True, epilogue),
+    ):
+        bad = compile_shader(render(config, wrong), gpu)
+        assert not verify(bad, gpu, reference=reference).ok, wrong
