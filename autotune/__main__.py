@@ -24,7 +24,7 @@ from rich.table import Table
 
 from . import device as device_module
 from .arguments import ArgumentError, check_folder
-from .problem import DTYPES, EPILOGUE_OPS, LAYOUTS, ProblemError, parse_shape
+from .problem import ACCUMULATE, DTYPES, EPILOGUE_OPS, LAYOUTS, ProblemError, parse_shape
 from .search import SAMPLERS
 from .space import template_names
 from .worker import WorkerError
@@ -108,6 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
             f"{', '.join(EPILOGUE_OPS)} (one activation); e.g. bias,gelu (default none)",
         )
         command.add_argument(
+            "--accumulate",
+            default="auto",
+            choices=list(ACCUMULATE),
+            help="f16's accumulation type: auto (the tuner picks the faster), or pinned to "
+            "f32 (more accurate) or f16 (default auto)",
+        )
+        command.add_argument(
             "--checks",
             default="on",
             choices=["on", "off"],
@@ -182,7 +189,11 @@ def _problems(args) -> list:
     variant = {}
     if hasattr(args, "layout"):
         variant = dict(
-            layout=args.layout, batch=args.batch, shared_b=args.shared_b, epilogue=args.epilogue
+            layout=args.layout,
+            batch=args.batch,
+            shared_b=args.shared_b,
+            epilogue=args.epilogue,
+            accumulate=args.accumulate,
         )
     try:
         # parsed here rather than by argparse, with --dtype, so the error names --shape
@@ -294,6 +305,7 @@ def _variant(problem) -> dict:
         batch=problem.batch,
         shared_b=problem.shared_b,
         epilogue=problem.epilogue,
+        accumulate=problem.accumulate,
     )
 
 

@@ -73,6 +73,7 @@ class Key:
     batch: int = 1
     shared_b: bool = False
     epilogue: str = "none"
+    accumulate: str = "auto"  # f16 only: pinned accumulation ("f16-acc32" in the text)
 
     @classmethod
     def of(cls, problem: Problem, template: str, checks: bool, portable: bool = False) -> Key:
@@ -89,12 +90,13 @@ class Key:
             problem.batch,
             problem.shared_b,
             problem.epilogue,
+            problem.accumulate,
         )
 
     def __str__(self) -> str:
         checks = "checks" if self.checks else "nochecks"
         text = (
-            f"{self.template}:{self.template_hash}:{checks}:{self.dtype}:{self.layout}:"
+            f"{self.template}:{self.template_hash}:{checks}:{self.problem.dtype_text}:{self.layout}:"
             f"{self.space}:{self.M}x{self.N}x{self.K}"
         )
         if self.batch > 1 or self.epilogue != "none":
@@ -112,6 +114,7 @@ class Key:
             self.batch,
             self.shared_b,
             self.epilogue,
+            self.accumulate,
         )
 
 
@@ -230,6 +233,8 @@ def _parse_key(text: str) -> Key:
         raise ValueError(f"malformed key {text!r:.120}")
     template, digest, checks, dtype, layout, space, shape = parts[:7]
     batch_text, epilogue = parts[7:] if len(parts) == 9 else ("b1", "none")
+    dtype, _, acc = dtype.partition("-acc")
+    accumulate = {"": "auto", "32": "f32", "16": "f16"}.get(acc, acc)
     batch = re.fullmatch(r"b([1-9][0-9]{0,9})(s?)", batch_text)
     if not batch:
         raise ValueError(f"bad batch {batch_text[:20]!r}")
@@ -252,10 +257,15 @@ def _parse_key(text: str) -> Key:
             batch=int(batch.group(1)),
             shared_b=batch.group(2) == "s",
             epilogue=epilogue,
+            accumulate=accumulate,
         )
     except ProblemError as error:
         raise ValueError(str(error)) from None
-    if str(problem.epilogue) != epilogue or problem.batch_text != batch_text:
+    if (problem.epilogue, problem.batch_text, problem.dtype_text) != (
+        epilogue,
+        batch_text,
+        parts[3],
+    ):
         raise ValueError(f"key {text[:120]!r} is not in canonical form")
     return Key(
         template,
@@ -270,6 +280,7 @@ def _parse_key(text: str) -> Key:
         problem.batch,
         problem.shared_b,
         problem.epilogue,
+        problem.accumulate,
     )
 
 

@@ -43,6 +43,7 @@ def default_name(kernel: Kernel) -> str:
     name = f"gemm_{p.M}x{p.N}x{p.K}_{p.dtype}"
     if not p.plain:
         name += f"_{p.layout}_{p.batch_text}" + "".join(f"_{op}" for op in p.ops)
+        name += "" if p.accumulate == "auto" else f"_acc{p.accumulate[1:]}"
     return name
 
 

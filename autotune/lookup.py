@@ -132,6 +132,7 @@ def lookup(
     batch: int = 1,
     shared_b: bool = False,
     epilogue: str | list | None = "none",
+    accumulate: str = "auto",
     checks: bool = True,
     cache_dir: str | Path | None = None,
     gpu: Gpu | None = None,
@@ -141,11 +142,12 @@ def lookup(
 
     The variant (see autotune.Problem): `layout` "nn", "nt" (B stored N x K), "tn", "tt";
     `batch` matrices per operand (`shared_b`: one B for all); `epilogue`, e.g.
-    "bias,gelu" or "alpha,beta,bias,relu". `kernel.source` is "exact", "nearest" or
+    "bias,gelu" or "alpha,beta,bias,relu"; `accumulate` (f16) "auto", "f32" or "f16".
+    `kernel.source` is "exact", "nearest" or
     "default"; call it with NumPy arrays. `portable` keeps to configs within WebGPU's
     default limits (for export).
     """
-    problem = Problem(M, N, K, dtype, layout, batch, shared_b, epilogue)
+    problem = Problem(M, N, K, dtype, layout, batch, shared_b, epilogue, accumulate)
     checks, portable = check_flag("checks", checks), check_flag("portable", portable)
     check_folder("cache_dir", cache_dir, writable=False)
     if gpu is not None and not isinstance(gpu, Gpu):
@@ -173,6 +175,7 @@ def matmul(
     beta: float = 0.0,
     trans_a: bool = False,
     trans_b: bool = False,
+    accumulate: str = "auto",
     checks: bool = True,
 ) -> np.ndarray:
     """activation(alpha * op(A) @ op(B) + beta * C + bias) on the GPU with the best known
@@ -180,7 +183,8 @@ def matmul(
 
     trans_b=True: B is stored N x K (a linear layer's weight, y = x @ W.T); trans_a=True:
     A is stored K x M. A 3-D A is a batch, with a 3-D B (one per item) or a 2-D B (shared).
-    f16 arrays run in f16 (the adapter needs shader-f16).
+    f16 arrays run in f16 (the adapter needs shader-f16), accumulating in whichever type
+    was fastest when tuned, or as `accumulate` ("f32", "f16") says.
     """
     arrays, problem = check_operands(
         A,
@@ -203,6 +207,7 @@ def matmul(
         batch=problem.batch,
         shared_b=problem.shared_b,
         epilogue=problem.epilogue,
+        accumulate=accumulate,
         checks=checks,
     )
     return kernel(

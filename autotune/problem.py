@@ -9,6 +9,8 @@ variants (each a field of Problem, each part of the cache key):
 - epilogue: a subset of alpha (C = alpha * A@B), beta (+ beta * C's old value), bias
   (+ a vector of N, per column), and one activation, relu or gelu (tanh approximation),
   applied in that order. alpha and beta are runtime values (a uniform), not baked in.
+- accumulate (f16 only): "auto" lets the tuner choose f32 or f16 accumulation (its ACC
+  parameter) by speed; "f32" or "f16" pins it, for users who choose by accuracy.
 
 Every other stage takes a Problem; it is validated once, here, so that a bad size,
 dtype or variant is reported with the argument's name before anything touches the GPU.
@@ -28,6 +30,7 @@ LAYOUTS = ("nn", "nt", "tn", "tt")
 # Epilogue operations in the order they apply; at most one activation.
 EPILOGUE_OPS = ("alpha", "beta", "bias", "relu", "gelu")
 ACTIVATIONS = ("relu", "gelu")
+ACCUMULATE = ("auto", "f32", "f16")
 MAX_BATCH = 2**31 - 1
 
 
@@ -117,6 +120,7 @@ class Problem:
     batch: int = 1  # matrices per operand
     shared_b: bool = False  # one B for the whole batch (batch > 1 only)
     epilogue: str = "none"  # canonical, e.g. "alpha,beta,bias,gelu"
+    accumulate: str = "auto"  # f16: "auto" (tuned), "f32" or "f16" (pinned)
 
     def __post_init__(self):
         for name in ("M", "N", "K", "batch"):
@@ -130,6 +134,15 @@ class Problem:
         # one B for a batch of one is the plain problem: one name for one problem
         object.__setattr__(self, "shared_b", bool(self.shared_b) and self.batch > 1)
         object.__setattr__(self, "epilogue", check_epilogue(self.epilogue))
+        if self.accumulate not in ACCUMULATE:
+            raise ProblemError(
+                f"accumulate {self.accumulate!r:.40} is not one of {', '.join(ACCUMULATE)}",
+                "accumulate",
+            )
+        if self.dtype == "f32" and self.accumulate == "f16":
+            raise ProblemError("accumulate f16 needs dtype f16", "accumulate")
+        if self.dtype == "f32":  # f32 accumulates in f32: one name for one problem
+            object.__setattr__(self, "accumulate", "auto")
 
     @property
     def flops(self) -> int:
@@ -170,12 +183,17 @@ class Problem:
     @property
     def plain(self) -> bool:
         """f32, nn, one matrix, no epilogue: the problem every template computes."""
-        return self.variant == ("f32", "nn", 1, False, "none")
+        return self.variant == ("f32", "nn", 1, False, "none", "auto")
 
     @property
     def variant(self) -> tuple:
         """Everything but the shape."""
-        return (self.dtype, self.layout, self.batch, self.shared_b, self.epilogue)
+        return (self.dtype, self.layout, self.batch, self.shared_b, self.epilogue, self.accumulate)
+
+    @property
+    def dtype_text(self) -> str:
+        """ "f16", or "f16-acc32" / "f16-acc16" with the accumulation pinned."""
+        return self.dtype + ("" if self.accumulate == "auto" else f"-acc{self.accumulate[1:]}")
 
     @property
     def batch_text(self) -> str:
@@ -194,7 +212,7 @@ class Problem:
         return shapes
 
     def __str__(self) -> str:
-        text = f"{self.shape} {self.dtype} {self.layout}"
+        text = f"{self.shape} {self.dtype_text} {self.layout}"
         if self.batch > 1:
             text += f" batch {self.batch}" + (" shared B" if self.shared_b else "")
         if self.epilogue != "none":

@@ -160,7 +160,7 @@ def study_name(
         gpu.fingerprint.slug,
         str(gpu.fingerprint.device_id),
         problem.shape,
-        problem.dtype,
+        problem.dtype_text,
         problem.layout,
         "checks" if checks else "nochecks",
     ]

@@ -3,8 +3,8 @@
 A space is a TOML file in `search_spaces/` (one per template): integer parameters with
 their values, derived quantities and constraints written as small expressions over the
 parameters and the problem (M, N, K, S = bytes per element, and the variant: F16, TA,
-TB, BATCH, SHARED_B, ALPHA, BETA, BIAS, ACT = 0 none / 1 relu / 2 gelu, VARIANT = 1
-unless plain). The expressions are parsed
+TB, BATCH, SHARED_B, ALPHA, BETA, BIAS, ACT = 0 none / 1 relu / 2 gelu, ACC_PIN = 0
+auto / 1 f32 / 2 f16, VARIANT = 1 unless plain). The expressions are parsed
 into a tiny whitelisted form (integers, + - * // %, comparisons, and/or/not, min, max,
 cdiv); file text is never handed to `eval`.
 
@@ -46,7 +46,7 @@ LIMITED = {
 OPTIONAL_LIMITED = ("grid_z",)  # batched templates derive it; 1 elsewhere
 PROBLEM_NAMES = (
     "M", "N", "K", "S", "F16", "TA", "TB", "BATCH", "SHARED_B", "ALPHA", "BETA", "BIAS", "ACT",
-    "VARIANT",
+    "ACC_PIN", "VARIANT",
 )  # fmt: skip
 _PLAIN_ONLY = "VARIANT == 0"
 
@@ -360,6 +360,7 @@ def _problem_env(problem: Problem) -> dict[str, int]:
         "BETA": int("beta" in ops),
         "BIAS": int("bias" in ops),
         "ACT": {None: 0, "relu": 1, "gelu": 2}[problem.activation],
+        "ACC_PIN": ("auto", "f32", "f16").index(problem.accumulate),
         "VARIANT": int(not problem.plain),
     }
 

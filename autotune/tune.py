@@ -108,6 +108,7 @@ def tune(
     batch: int = 1,
     shared_b: bool = False,
     epilogue: str | list | None = "none",
+    accumulate: str = "auto",
     trials: int | None = 30,
     timeout: float | None = None,
     templates: Sequence[str] | None = None,
@@ -123,14 +124,15 @@ def tune(
 ) -> TuneResult:
     """Find the fastest correct kernel for this problem on this device and cache it.
 
-    The variant (`layout`, `batch`, `shared_b`, `epilogue`) is as in autotune.lookup;
+    The variant (`layout`, `batch`, `shared_b`, `epilogue`, `accumulate`) is as in
+    autotune.lookup;
     without `templates`, those that compute it are searched.
     `portable` searches only configs within WebGPU's default limits (for export to any
     browser); their entries sit in the same cache, and lookup(portable=True) finds them.
     Each candidate runs in a worker process; one that does not finish within
     `candidate_timeout` seconds is recorded as a `timeout` and the worker restarted.
     """
-    problem = Problem(M, N, K, dtype, layout, batch, shared_b, epilogue)
+    problem = Problem(M, N, K, dtype, layout, batch, shared_b, epilogue, accumulate)
     if not templates:  # the defaults that compute this problem (plain or variant)
         templates = [t for t in TEMPLATES if load_space(t).first_config(problem) is not None]
     templates = check_templates(templates)

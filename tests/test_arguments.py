@@ -45,6 +45,8 @@ TUNE = [
     (dict(epilogue="tanh"), (ProblemError, "epilogue"), "epilogue operation 'tanh' is unknown"),
     (dict(epilogue="relu,gelu"), (ProblemError, "epilogue"), "has two activations"),
     (dict(epilogue=5), (ProblemError, "epilogue"), "epilogue must be a comma-separated string"),
+    (dict(accumulate="f64"), (ProblemError, "accumulate"), "accumulate 'f64' is not one of auto"),
+    (dict(accumulate="f16"), (ProblemError, "accumulate"), "accumulate f16 needs dtype f16"),
 ]
 
 LOOKUP = [
@@ -178,6 +180,8 @@ CLI = [
     (["tune", "--shape", "4x4x4", "--epilogue", "tanh"], "argument --epilogue: epilogue operati"),
     (["lookup", "--shape", "4x4x4", "--epilogue", "relu,gelu"], "argument --epilogue: epilogue"),
     (["export", "--shape", "4x4x4", "--out", "d", "--epilogue", "x"], "argument --epilogue: "),
+    (["tune", "--shape", "4x4x4", "--accumulate", "f64"], "argument --accumulate: invalid choi"),
+    (["tune", "--shape", "4x4x4", "--accumulate", "f16"], "argument --accumulate: accumulate f1"),
     (["lookup", "--shape", "4x4x4", "--checks", "x"], "argument --checks: invalid choice"),
     (["lookup", "--shape", "4x4x4", "--cache", "FILE"], "argument --cache: cache_dir '"),
     (["lookup"], "the following arguments are required: --shape"),

@@ -74,6 +74,7 @@ def test_help_documents_every_command():
         "--batch",
         "--shared-b",
         "--epilogue",
+        "--accumulate",
     ):
         assert option in done.stdout
 

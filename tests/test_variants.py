@@ -106,6 +106,21 @@ def test_cache_keys_of_variants():
     for bad in (":b0:none", ":b2:tanh", ":b2:gelu,bias", ":b1s:none", ":x:none"):
         with pytest.raises(ValueError):
             _parse_key(str(unbatched) + bad)
+    pinned = Key.of(Problem(8, 16, 32, "f16", accumulate="f32"), "blockedx", True)
+    assert ":f16-acc32:nn:" in str(pinned) and _parse_key(str(pinned)).accumulate == "f32"
+    for bad in ("f32-acc32", "f16-acc64", "f16-acc"):
+        with pytest.raises(ValueError):
+            _parse_key(str(pinned).replace("f16-acc32", bad))
+
+
+def test_accumulation_can_be_pinned():
+    space = load_space("blockedx")
+    for accumulate, values in (("auto", {0, 1}), ("f32", {0}), ("f16", {1})):
+        configs = space.configs(Problem(64, 64, 64, "f16", "nt", accumulate=accumulate))
+        assert {c["ACC"] for c in configs} == values
+    assert Problem(8, 8, 8, accumulate="f32") == Problem(8, 8, 8)  # f32 always is
+    with pytest.raises(ProblemError, match="accumulate f16 needs dtype f16"):
+        Problem(8, 8, 8, accumulate="f16")
 
 
 @pytest.mark.gpu
