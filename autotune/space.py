@@ -399,6 +399,13 @@ def check_runnable(problem: Problem, limits: Mapping[str, int], templates) -> No
             name, _, rule = reason.removeprefix("limit ").partition(": ")
             broken.setdefault(name, f"{name} = {limits[name]}")
     if not broken:
+        plain_only = [s.template for s in spaces if not s.variants]
+        if not problem.plain and plain_only == [s.template for s in spaces]:
+            raise ProblemError(
+                f"{', '.join(plain_only)} compute only the plain problem (f32, nn, one "
+                f"matrix, no epilogue), not {problem}; the variants are blockedx's",
+                "template",
+            )
         raise ProblemError(f"no config of {', '.join(templates)} is valid for {problem}")
     raise ProblemError(
         f"{problem.shape} is beyond this device's limits for every config of "

@@ -46,6 +46,11 @@ TUNE = [
     (dict(epilogue="relu,gelu"), (ProblemError, "epilogue"), "has two activations"),
     (dict(epilogue=5), (ProblemError, "epilogue"), "epilogue must be a comma-separated string"),
     (dict(accumulate="f64"), (ProblemError, "accumulate"), "accumulate 'f64' is not one of auto"),
+    (
+        dict(dtype="f16", templates=["blocked", "tiled"]),
+        (ProblemError, "template"),
+        "blocked, tiled compute only the plain problem (f32, nn, one matrix, no epilogue)",
+    ),  # fmt: skip
     (dict(accumulate="f16"), (ProblemError, "accumulate"), "accumulate f16 needs dtype f16"),
 ]
 
