@@ -160,8 +160,9 @@ def test_two_processes_share_one_study(gpu, tmp_path):
     configs = [t.user_attrs["config"] for t in measured]
     assert len(set(configs)) == len(configs)  # no config measured twice
     kernel = autotune.lookup(48, 48, 48, cache_dir=tmp_path / "cache")
-    best = min((t for t in measured if t.value is not None), key=lambda t: t.value)
-    assert kernel.source == "exact" and str(kernel.config) == best.user_attrs["config"]
+    # each tuner times the study's fastest configs (and the seeds) again at its end and
+    # caches the fastest of those: a config the study measured, not always its minimum
+    assert kernel.source == "exact" and str(kernel.config) in configs
     from autotune.verify import verify
 
     assert verify(kernel.compiled, gpu).ok
