@@ -276,6 +276,11 @@ def test_transposed_batched_fused_bundles_run_in_chromium(variant_results):
 
 def test_f16_bundles_run_in_chromium(variant_results):
     skipped = [variant_results[n]["skipped"] for n in F16_CASES if "skipped" in variant_results[n]]
+    for name in F16_CASES:  # where it cannot run, createGemm refuses, naming the feature
+        refused = variant_results[name].get("refused")
+        assert "skipped" not in variant_results[name] or "needs the device feature shader-f16" in (
+            refused or ""
+        ), variant_results[name]
     if skipped:  # said out loud, never a silent pass
         pytest.skip(f"f16 in the browser: {skipped[0]}")
     for name in F16_CASES:

@@ -89,7 +89,15 @@ async function runBundle(name) {
   const adapter = await navigator.gpu.requestAdapter();  // an adapter gives one device
   for (const feature of manifest.required_features) {
     if (!adapter.features.has(feature)) {
-      return { name, skipped: `this adapter (${adapter.info?.architecture}) lacks ${feature}` };
+      // the bundle must refuse a device without the feature, naming it
+      let refused = null;
+      try {
+        await createGemm(await adapter.requestDevice());
+      } catch (error) {
+        refused = String(error);
+      }
+      return { name, skipped: `this adapter (${adapter.info?.architecture}) lacks ${feature}`,
+               refused };
     }
   }
   const device = await adapter.requestDevice({
