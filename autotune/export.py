@@ -10,10 +10,9 @@ shape before anything is written: a wrong kernel is never exported.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
-
-import numpy as np
 
 from . import __version__ as autotune_version
 from .arguments import ArgumentError, check_folder
@@ -73,7 +72,7 @@ def manifest(kernel: Kernel, name: str) -> dict:
     vector = shader.vector_width
     element = problem.wgsl_type if vector == 1 else f"vec{vector}<{problem.wgsl_type}>"
     shapes = problem.matrix_shapes()
-    sizes = {name: int(np.prod(shape)) * problem.itemsize for name, shape in shapes.items()}
+    sizes = {name: math.prod(shape) * problem.itemsize for name, shape in shapes.items()}
     fields, uniform_size = uniform_layout(problem)
     binding_list = []
     for number, binding_name, kind in bindings(problem):

@@ -6,11 +6,13 @@ function; `Kernel` is what `autotune.lookup` hands out.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import wgpu
 
+from .arguments import check_flag
 from .compile import Compiled, compile_shader
 from .device import Gpu, get_gpu
 from .problem import Problem, ProblemError, check_dtype
@@ -51,8 +53,6 @@ def check_operands(
     beta != 0 (C then holds the addend), bias (N values) and activation ("relu",
     "gelu") make the epilogue.
     """
-    from .arguments import check_flag
-
     trans_a, trans_b = check_flag("trans_a", trans_a), check_flag("trans_b", trans_b)
     A = _array("A", A, (2, 3))
     B = _array("B", B, (2, 3) if A.ndim == 3 else (2,))
@@ -122,7 +122,7 @@ def check_fits(problem: Problem, gpu: Gpu, limits: dict | None = None) -> None:
     limit_name = min(("max-storage-buffer-binding-size", "max-buffer-size"), key=limits.get)
     limit = limits[limit_name]
     for name, shape in problem.matrix_shapes().items():
-        size = int(np.prod(shape)) * problem.itemsize
+        size = math.prod(shape) * problem.itemsize
         if size > limit:
             what = "x".join(str(s) for s in shape)
             raise ProblemError(
@@ -213,7 +213,7 @@ class Bound:
         problem = self.compiled.shader.problem
         data = self.gpu.queue.read_buffer(self.buffers["C"])
         shape = problem.matrix_shapes()["C"]
-        out = np.frombuffer(data, dtype=problem.numpy_dtype)[: int(np.prod(shape))]
+        out = np.frombuffer(data, dtype=problem.numpy_dtype)[: math.prod(shape)]
         return out.reshape(shape).copy()
 
     def release(self) -> None:

@@ -266,7 +266,7 @@ def guarded_inputs(A: np.ndarray, B: np.ndarray, problem: Problem, limit: int):
     """A and B flattened, each followed by NaN guards, and C: NaN then the canary (each
     within the buffer `limit`)."""
     size = problem.itemsize
-    c_size = int(np.prod(problem.matrix_shapes()["C"]))
+    c_size = math.prod(problem.matrix_shapes()["C"])
     C = np.full(c_size + _guard_size(c_size, problem.N, size, limit), np.nan, problem.numpy_dtype)
     C[c_size:].view(_BITS[size])[:] = CANARY & (256**size - 1)
     return (
@@ -294,7 +294,7 @@ def run_guarded(compiled: Compiled, gpu: Gpu, reference: Reference):
         bound.release()
     out = np.frombuffer(data, dtype=problem.numpy_dtype)[: C.size]
     shape = problem.matrix_shapes()["C"]
-    size = int(np.prod(shape))
+    size = math.prod(shape)
     bits = _BITS[problem.itemsize]
     outside = int(np.count_nonzero(out[size:].view(bits) != CANARY & (256**problem.itemsize - 1)))
     return out[:size].reshape(shape).copy(), outside
