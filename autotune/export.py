@@ -72,7 +72,8 @@ def manifest(kernel: Kernel, name: str) -> dict:
     vector = shader.vector_width
     element = problem.wgsl_type if vector == 1 else f"vec{vector}<{problem.wgsl_type}>"
     shapes = problem.matrix_shapes()
-    sizes = {name: math.prod(shape) * problem.itemsize for name, shape in shapes.items()}
+    # bytes per buffer; WebGPU binds storage in whole 4-byte words (an odd count of f16)
+    sizes = {n: -(-math.prod(shape) * problem.itemsize // 4) * 4 for n, shape in shapes.items()}
     fields, uniform_size = uniform_layout(problem)
     binding_list = []
     for number, binding_name, kind in bindings(problem):

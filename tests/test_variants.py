@@ -220,3 +220,17 @@ def test_large_variants_are_checked_by_sampling(gpu, epilogue):
     ):
         bad = compile_shader(render(config, wrong), gpu)
         assert not verify(bad, gpu, reference=reference).ok, wrong
+
+
+@pytest.mark.gpu
+def test_f16_manifest_sizes_are_whole_words(gpu):
+    from autotune.export import manifest
+    from autotune.kernel import Kernel
+
+    problem = Problem(37, 41, 29, "f16", "tn", 1, False, "bias")
+    config = load_space("blockedx").seed_configs(problem)[0]
+    data = manifest(Kernel(problem, config, "default", gpu=gpu), "odd")
+    sizes = {b["name"]: b.get("size_bytes") for b in data["bindings"]}
+    assert sizes == {"A": 29 * 37 * 2 + 2, "B": 29 * 41 * 2 + 2, "C": 37 * 41 * 2 + 2,
+                     "dims": 32, "bias": 41 * 2 + 2}  # fmt: skip
+    assert data["required_features"] == ["shader-f16"] and data["accumulation"] == "f32"
