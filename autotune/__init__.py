@@ -4,6 +4,7 @@ import numpy as np, autotune
 C = autotune.matmul(A, B)                     # best known kernel for the shape
 kernel = autotune.lookup(M, N, K)             # .wgsl, .config, .source, callable
 result = autotune.tune(M, N, K, trials=30)    # search, verify, time, cache
+y = autotune.matmul(x, W, bias=b, activation="gelu", trans_b=True)  # f16 too, batched too
 """
 
 __version__ = "0.1.0"  # before the imports: export.py records it

@@ -1,6 +1,8 @@
 """Command line: a thin layer over the public API.
 
     python -m autotune tune --shape 256x256x256 --trials 30
+    python -m autotune tune --shape 512x1024x1024 --dtype f16 --layout nt --batch 8 \
+        --epilogue bias,gelu --trials 30
     python -m autotune lookup --shape 256x256x256 --json
     python -m autotune export --shape 256x256x256 --out kernels/ [--portable]
     python -m autotune devices
@@ -23,7 +25,15 @@ from rich.table import Table
 
 from . import device as device_module
 from .arguments import ArgumentError, check_folder
-from .problem import DTYPES, ProblemError, parse_shape, problems_from_file
+from .problem import (
+    ACCUMULATE,
+    DTYPES,
+    EPILOGUE_OPS,
+    LAYOUTS,
+    ProblemError,
+    parse_shape,
+    problems_from_file,
+)
 from .search import SAMPLERS
 from .space import template_names
 from .worker import WorkerError
@@ -78,7 +88,40 @@ def build_parser() -> argparse.ArgumentParser:
             help="problem size: C (MxN) = A (MxK) @ B (KxN)" + (" (repeatable)" if many else ""),
         )
         command.add_argument(
-            "--dtype", default="f32", choices=list(DTYPES), help="element type (default f32)"
+            "--dtype",
+            default="f32",
+            choices=list(DTYPES),
+            help="element type (default f32; f16 needs the adapter feature shader-f16)",
+        )
+        command.add_argument(
+            "--layout",
+            default="nn",
+            choices=list(LAYOUTS),
+            help="A then B: n as in A @ B (A is MxK, B is KxN), t stored transposed (nt: B "
+            "is NxK, a linear layer's weight); default nn",
+        )
+        command.add_argument(
+            "--batch",
+            type=_positive_int,
+            default=1,
+            help="matrices per operand (a batched GEMM; default 1)",
+        )
+        command.add_argument(
+            "--shared-b", action="store_true", help="one B for the whole batch (--batch > 1)"
+        )
+        command.add_argument(
+            "--epilogue",
+            default="none",
+            metavar="OPS",
+            help="fused after the product, comma-separated, applied in this order: "
+            f"{', '.join(EPILOGUE_OPS)} (one activation); e.g. bias,gelu (default none)",
+        )
+        command.add_argument(
+            "--accumulate",
+            default="auto",
+            choices=list(ACCUMULATE),
+            help="f16's accumulation type: auto (the tuner picks the faster), or pinned to "
+            "f32 (more accurate) or f16 (default auto)",
         )
         command.add_argument(
             "--checks",
@@ -173,15 +216,24 @@ def build_parser() -> argparse.ArgumentParser:
 def _problems(args) -> list:
     shape = getattr(args, "shape", None)
     shapes = shape if isinstance(shape, list) else [shape] if shape else []
+    variant = {}
+    if hasattr(args, "layout"):
+        variant = dict(
+            layout=args.layout,
+            batch=args.batch,
+            shared_b=args.shared_b,
+            epilogue=args.epilogue,
+            accumulate=args.accumulate,
+        )
     dtype = args.dtype if hasattr(args, "dtype") else "f32"
     try:
         # parsed here rather than by argparse, with --dtype, so the error names --shape
-        problems = [parse_shape(s, dtype) for s in shapes]
+        problems = [parse_shape(s, dtype, **variant) for s in shapes]
     except ProblemError as error:
-        raise UsageError(f"argument --shape: {error}") from None
+        raise UsageError(f"argument {_option(error.field)}: {error}") from None
     if getattr(args, "shapes_from", None):
-        try:
-            problems += problems_from_file(args.shapes_from, dtype)
+        try:  # the variant options are the defaults of the file's problems
+            problems += problems_from_file(args.shapes_from, dtype, **variant)
         except ProblemError as error:
             raise UsageError(f"argument --shapes-from: {error}") from None
     elif args.command == "tune" and not problems:
@@ -205,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"autotune: error: argument {_option(error.field)}: {error}", file=sys.stderr)
         return 2
     except ProblemError as error:
-        print(f"autotune: error: argument --shape: {error}", file=sys.stderr)
+        print(f"autotune: error: argument {_option(error.field)}: {error}", file=sys.stderr)
         return 2
     except (device_module.NoAdapterError, WorkerError) as error:
         print(f"autotune: error: {error}", file=sys.stderr)
@@ -229,6 +281,11 @@ def _tune(args, problems, console: Console) -> int:
         check_folder("cache_dir", args.cache, writable=True, error=TuneError)
     except TuneError as error:
         raise UsageError(f"argument {_option(error.field)}: {error}") from None
+    if args.template:  # e.g. a plain-only template asked for a variant of the list
+        from .space import check_runnable
+
+        for problem in problems:
+            check_runnable(problem, None, args.template)  # main() names the option
     results = []
     # One display for all shapes: a bar per shape, and one for the whole list.
     with Progress(
@@ -274,6 +331,7 @@ def _tune(args, problems, console: Console) -> int:
                 problem.N,
                 problem.K,
                 problem.dtype,
+                **_variant(problem),
                 trials=trials,
                 timeout=args.timeout,
                 templates=args.template,
@@ -303,6 +361,17 @@ def _tune(args, problems, console: Console) -> int:
     return 0 if all(r.entry for r in results) else 1
 
 
+def _variant(problem) -> dict:
+    """The Problem's variant fields as API keyword arguments."""
+    return dict(
+        layout=problem.layout,
+        batch=problem.batch,
+        shared_b=problem.shared_b,
+        epilogue=problem.epilogue,
+        accumulate=problem.accumulate,
+    )
+
+
 def _summary(results) -> Table:
     table = Table(title="autotune: best kernel per shape")
     for column in (
@@ -321,10 +390,10 @@ def _summary(results) -> Table:
         p, e = r.problem, r.entry
         base = r.baseline.measurement if r.baseline and r.baseline.ok else None
         failures = ", ".join(f"{k} {v}" for k, v in sorted(r.search.failures.items())) or "0"
-        row = [p.shape, "none found", "-", "-", "-", "-"]
+        row = [p.shape if p.plain else str(p), "none found", "-", "-", "-", "-"]
         if e is not None:
             row = [
-                p.shape,
+                p.shape if p.plain else str(p),
                 e.key.template,
                 f"{e.median_s * 1e3:.3g} ({(e.p80_s - e.p20_s) / e.median_s:.0%})",
                 f"{e.gflops:.1f}",
@@ -349,15 +418,17 @@ def _lookup(args, problems, console: Console) -> int:
             problem.N,
             problem.K,
             problem.dtype,
+            **_variant(problem),
             checks=args.checks == "on",
             cache_dir=args.cache,
         )
     except ProblemError as error:
-        raise UsageError(f"argument --shape: {error}") from None
+        raise UsageError(f"argument {_option(error.field)}: {error}") from None
     entry = kernel.entry
     info = {
         "shape": problem.shape,
         "dtype": problem.dtype,
+        **_variant(problem),
         "source": kernel.source,
         "checks": kernel.checks,
         "template": kernel.config.template,
@@ -386,14 +457,15 @@ def _export(args, problems, console: Console) -> int:
     check_folder("out_dir", args.out, writable=True)  # before any tuning
     for problem in problems:
         shape = (problem.M, problem.N, problem.K, problem.dtype)
+        common = dict(_variant(problem), checks=checks, cache_dir=args.cache)
         try:
-            kernel = lookup(*shape, checks=checks, cache_dir=args.cache, portable=args.portable)
+            kernel = lookup(*shape, **common, portable=args.portable)
             if args.portable and kernel.source != "exact":
                 console.print(f"{problem.shape}: no portable kernel cached; tuning one")
-                tune(*shape, trials=args.trials, checks=checks, cache_dir=args.cache, portable=True)
-                kernel = lookup(*shape, checks=checks, cache_dir=args.cache, portable=True)
+                tune(*shape, **common, trials=args.trials, portable=True)
+                kernel = lookup(*shape, **common, portable=True)
         except ProblemError as error:
-            raise UsageError(f"argument --shape: {error}") from None
+            raise UsageError(f"argument {_option(error.field)}: {error}") from None
         paths = export(kernel, args.out)
         console.print(
             f"{problem.shape}: {kernel.config} ({kernel.source}) -> "

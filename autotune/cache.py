@@ -2,7 +2,11 @@
 
 One file per device: fingerprint + software versions name it, so another GPU, driver or
 wgpu build reads another file. Inside, each entry is keyed by template (name and content
-hash), runtime-check mode, dtype, layout and M, N, K; a change in any of them is a miss.
+hash), runtime-check mode, dtype, layout, M, N, K, and for batched or fused problems the
+batch (count, B shared) and the epilogue; a change in any of them is a miss. Keys of
+unbatched problems without an epilogue have the 7 parts they had before those existed:
+`blocked:<hash>:checks:f32:nn:device:MxNxK`; the others add two,
+`...:MxNxK:b8s:bias,gelu` (8 matrices, one B shared; "b1", "none" where absent).
 Writes are atomic (temp file + os.replace) and happen under a file lock, re-reading the
 file first, so concurrent tuners lose nothing. A file that is corrupt or has a newer
 schema is moved aside with a warning and treated as empty.
@@ -67,6 +71,10 @@ class Key:
     N: int
     K: int
     space: str = "device"  # "device": within the device's limits; "portable": WebGPU's
+    batch: int = 1
+    shared_b: bool = False
+    epilogue: str = "none"
+    accumulate: str = "auto"  # f16 only: pinned accumulation ("f16-acc32" in the text)
 
     @classmethod
     def of(cls, problem: Problem, template: str, checks: bool, portable: bool = False) -> Key:
@@ -80,18 +88,35 @@ class Key:
             problem.N,
             problem.K,
             "portable" if portable else "device",
+            problem.batch,
+            problem.shared_b,
+            problem.epilogue,
+            problem.accumulate,
         )
 
     def __str__(self) -> str:
         checks = "checks" if self.checks else "nochecks"
-        return (
-            f"{self.template}:{self.template_hash}:{checks}:{self.dtype}:{self.layout}:"
+        text = (
+            f"{self.template}:{self.template_hash}:{checks}:{self.problem.dtype_text}:{self.layout}:"
             f"{self.space}:{self.M}x{self.N}x{self.K}"
         )
+        if self.batch > 1 or self.epilogue != "none":
+            text += f":{self.problem.batch_text}:{self.epilogue}"
+        return text
 
     @property
     def problem(self) -> Problem:
-        return Problem(self.M, self.N, self.K, self.dtype, self.layout)
+        return Problem(
+            self.M,
+            self.N,
+            self.K,
+            self.dtype,
+            self.layout,
+            self.batch,
+            self.shared_b,
+            self.epilogue,
+            self.accumulate,
+        )
 
 
 @dataclass(frozen=True)
@@ -211,9 +236,15 @@ def _number(name: str, value: object) -> float:
 
 def _parse_key(text: str) -> Key:
     parts = text.split(":") if isinstance(text, str) else []
-    if len(parts) != 7:
-        raise ValueError(f"malformed key {text!r}")
-    template, digest, checks, dtype, layout, space, shape = parts
+    if len(parts) not in (7, 9):
+        raise ValueError(f"malformed key {text!r:.120}")
+    template, digest, checks, dtype, layout, space, shape = parts[:7]
+    batch_text, epilogue = parts[7:] if len(parts) == 9 else ("b1", "none")
+    dtype, _, acc = dtype.partition("-acc")
+    accumulate = {"": "auto", "32": "f32", "16": "f16"}.get(acc, acc)
+    batch = re.fullmatch(r"b([1-9][0-9]{0,9})(s?)", batch_text)
+    if not batch:
+        raise ValueError(f"bad batch {batch_text[:20]!r}")
     if template not in template_names():
         raise ValueError(f"unknown template {template[:40]!r}")
     if not re.fullmatch(r"[0-9a-f]{16}", digest):
@@ -226,9 +257,23 @@ def _parse_key(text: str) -> Key:
     if len(sizes) != 3 or not all(s.isdigit() and len(s) < 11 for s in sizes):
         raise ValueError(f"bad shape {shape!r}")
     try:
-        problem = Problem(*(int(s) for s in sizes), dtype=dtype, layout=layout)
+        problem = Problem(
+            *(int(s) for s in sizes),
+            dtype=dtype,
+            layout=layout,
+            batch=int(batch.group(1)),
+            shared_b=batch.group(2) == "s",
+            epilogue=epilogue,
+            accumulate=accumulate,
+        )
     except ProblemError as error:
         raise ValueError(str(error)) from None
+    if (problem.epilogue, problem.batch_text, problem.dtype_text) != (
+        epilogue,
+        batch_text,
+        parts[3],
+    ):
+        raise ValueError(f"key {text[:120]!r} is not in canonical form")
     return Key(
         template,
         digest,
@@ -239,6 +284,10 @@ def _parse_key(text: str) -> Key:
         problem.N,
         problem.K,
         space,
+        problem.batch,
+        problem.shared_b,
+        problem.epilogue,
+        problem.accumulate,
     )
 
 

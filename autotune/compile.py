@@ -1,6 +1,6 @@
 """Compile: a rendered Shader becomes a compute pipeline on the device.
 
-The bind group layout is explicit (not "auto") and matches render.BINDINGS, the same
+The bind group layout is explicit (not "auto") and matches render.bindings(problem), the same
 layout the export manifest describes, so a kernel that compiles here binds the same way
 in a browser.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import wgpu
 
 from .device import Gpu
-from .render import BINDINGS, ENTRY_POINT, Shader
+from .render import ENTRY_POINT, Shader, bindings
 
 _BUFFER_TYPES = {
     "read-only-storage": wgpu.BufferBindingType.read_only_storage,
@@ -50,6 +50,8 @@ def _check_limits(shader: Shader, gpu: Gpu) -> None:
         "max-compute-workgroup-storage-size": shader.workgroup_storage,
         "max-compute-workgroups-per-dimension": max(shader.dispatch),
     }
+    if shader.problem.dtype == "f16" and "shader-f16" not in gpu.features:
+        raise CompileError("limits", f"f16 needs the shader-f16 feature; {gpu.summary} lacks it")
     for limit, need in needs.items():
         if need > gpu.limits[limit]:
             raise CompileError("limits", f"{limit} is {gpu.limits[limit]}, the shader needs {need}")
@@ -74,7 +76,7 @@ def create_pipeline(shader: Shader, gpu: Gpu, *, checks: bool = True) -> Compile
                     "visibility": wgpu.ShaderStage.COMPUTE,
                     "buffer": {"type": _BUFFER_TYPES[kind]},
                 }
-                for number, _, kind in BINDINGS
+                for number, _, kind in bindings(shader.problem)
             ]
         )
         pipeline = gpu.device.create_compute_pipeline(

@@ -10,6 +10,7 @@ shape before anything is written: a wrong kernel is never exported.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from .arguments import ArgumentError, check_folder
 from .cache import today
 from .device import WEBGPU_DEFAULT_LIMITS, versions
 from .kernel import Kernel
-from .render import BINDINGS, ENTRY_POINT, UNIFORM_FIELDS, UNIFORM_SIZE, jinja_environment
+from .render import ENTRY_POINT, bindings, jinja_environment, uniform_layout
 from .verify import verify
 
 FORMAT = 1
@@ -38,7 +39,31 @@ def _camel(limit: str) -> str:
 
 def default_name(kernel: Kernel) -> str:
     p = kernel.problem
-    return f"gemm_{p.M}x{p.N}x{p.K}_{p.dtype}"
+    name = f"gemm_{p.M}x{p.N}x{p.K}_{p.dtype}"
+    if not p.plain:
+        name += f"_{p.layout}_{p.batch_text}" + "".join(f"_{op}" for op in p.ops)
+        name += "" if p.accumulate == "auto" else f"_acc{p.accumulate[1:]}"
+    return name
+
+
+def computes(problem) -> str:
+    """What the kernel computes, in words (the manifest's "computes")."""
+    if problem.plain:
+        return "C = A * B; A is M x K, B is K x N, C is M x N, all row-major"
+    ops = problem.ops
+    text = ("alpha * " if "alpha" in ops else "") + "op(A) * op(B)"
+    text += (" + beta * C" if "beta" in ops else "") + (" + bias" if "bias" in ops else "")
+    if problem.activation:
+        text = f"{problem.activation}({text})"
+    a = "A is K x M (op(A) = A^T)" if problem.trans_a else "A is M x K"
+    b = "B is N x K (op(B) = B^T)" if problem.trans_b else "B is K x N"
+    batch = ""
+    if problem.batch > 1:
+        batch = f"; {problem.batch} of each, one after another" + (
+            " (one B for all)" if problem.shared_b else ""
+        )
+    bias = "; bias has N values, added to each row" if "bias" in ops else ""
+    return f"C = {text}; {a}, {b}, C is M x N, all row-major{batch}{bias}"
 
 
 def manifest(kernel: Kernel, name: str) -> dict:
@@ -46,24 +71,24 @@ def manifest(kernel: Kernel, name: str) -> dict:
     shader, problem = kernel.shader, kernel.problem
     vector = shader.vector_width
     element = problem.wgsl_type if vector == 1 else f"vec{vector}<{problem.wgsl_type}>"
-    sizes = {
-        "A": problem.M * problem.K * problem.itemsize,
-        "B": problem.K * problem.N * problem.itemsize,
-        "C": problem.M * problem.N * problem.itemsize,
-    }
-    bindings = []
-    for number, binding_name, kind in BINDINGS:
+    shapes = problem.matrix_shapes()
+    # bytes per buffer; WebGPU binds storage in whole 4-byte words (an odd count of f16)
+    sizes = {n: -(-math.prod(shape) * problem.itemsize // 4) * 4 for n, shape in shapes.items()}
+    fields, uniform_size = uniform_layout(problem)
+    binding_list = []
+    for number, binding_name, kind in bindings(problem):
         entry = {"binding": number, "name": binding_name, "kind": kind}
         if kind == "uniform":
-            entry.update(type="Dims", size_bytes=UNIFORM_SIZE)
+            entry.update(type="Dims", size_bytes=uniform_size)
         else:
             entry.update(
                 type=f"array<{element}>",
                 element=problem.wgsl_type,
                 vector_width=vector,
                 size_bytes=sizes[binding_name],
+                shape=list(shapes[binding_name]),
             )
-        bindings.append(entry)
+        binding_list.append(entry)
     needs = {
         "max-compute-workgroup-storage-size": shader.workgroup_storage,
         "max-compute-invocations-per-workgroup": shader.invocations,
@@ -76,23 +101,37 @@ def manifest(kernel: Kernel, name: str) -> dict:
     required = {_camel(k): v for k, v in needs.items() if v > WEBGPU_DEFAULT_LIMITS[k]}
     entry = kernel.entry
     gpu = kernel.gpu
+    variant = {
+        "layout": problem.layout,
+        "batch": problem.batch,
+        "shared_b": problem.shared_b,
+        "epilogue": {
+            "ops": list(problem.ops),
+            "activation": problem.activation,
+            # alpha and beta are uniforms: createGemm(device, {alpha, beta}), setScalars
+            "scalars": "uniform" if {"alpha", "beta"} & set(problem.ops) else None,
+        },
+        "accumulation": "f16" if kernel.config.as_dict().get("ACC") else "f32",
+    }
+    shape = {"M": problem.M, "N": problem.N, "K": problem.K}
     return {
         "name": name,
         "format": FORMAT,
-        "computes": "C = A * B; A is M x K, B is K x N, C is M x N, all row-major",
+        "computes": computes(problem),
         "dtype": problem.dtype,
-        "shape": {"M": problem.M, "N": problem.N, "K": problem.K},
-        "valid_for": [{"M": problem.M, "N": problem.N, "K": problem.K}],
+        **variant,
+        "shape": shape,
+        "valid_for": [shape | {k: variant[k] for k in ("layout", "batch", "shared_b")}],
         "entry_point": ENTRY_POINT,
         "workgroup_size": list(shader.workgroup_size),
         "dispatch": list(shader.dispatch),
-        "bindings": bindings,
+        "bindings": binding_list,
         "uniform": {
-            "binding": next(n for n, _, kind in BINDINGS if kind == "uniform"),
-            "size": UNIFORM_SIZE,
-            "fields": [{"name": f, "offset": o, "type": t} for f, o, t in UNIFORM_FIELDS],
+            "binding": next(n for n, _, kind in bindings(problem) if kind == "uniform"),
+            "size": uniform_size,
+            "fields": [{"name": f, "offset": o, "type": t} for f, o, t in fields],
         },
-        "required_features": [],
+        "required_features": ["shader-f16"] if problem.dtype == "f16" else [],
         "required_limits": required,
         "workgroup_storage_bytes": shader.workgroup_storage,
         "config": {"template": kernel.config.template, "params": kernel.config.as_dict()},
@@ -136,6 +175,7 @@ def export(kernel: Kernel, out_dir: str | Path, name: str | None = None) -> dict
     provenance = data["provenance"]
     header = _template("_export_header.wgsl.j2").render(
         name=name,
+        computes=None if kernel.problem.plain else data["computes"],
         dtype=kernel.problem.dtype,
         config=str(kernel.config),
         dispatch=data["dispatch"],
@@ -148,9 +188,13 @@ def export(kernel: Kernel, out_dir: str | Path, name: str | None = None) -> dict
         version=autotune_version,
         **data["shape"],
     )
-    wgsl = header + kernel.wgsl
+    wgsl = kernel.wgsl
+    # `enable` must come before any declaration: the header goes after it
+    enable = re.match(r"(enable [^;]*;\n)", wgsl)
+    wgsl = (enable[1] + header + wgsl[enable.end() :]) if enable else header + wgsl
     module = _template("_export.js.j2").render(
         name=name,
+        computes=data["computes"],
         dtype=kernel.problem.dtype,
         manifest_json=json.dumps(data, indent=1),
         wgsl_json=json.dumps(wgsl),

@@ -6,67 +6,148 @@ function; `Kernel` is what `autotune.lookup` hands out.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import wgpu
 
+from .arguments import check_flag
 from .compile import Compiled, compile_shader
 from .device import Gpu, get_gpu
 from .problem import Problem, ProblemError, check_dtype
-from .render import UNIFORM_SIZE, Shader, render
+from .render import UNIFORM_SIZE, VARIANT_UNIFORM_SIZE, Shader, bindings, render
 from .space import Config
 
 
-def check_operands(A: object, B: object) -> tuple[np.ndarray, np.ndarray, Problem]:
-    """Validate two matrices for C = A @ B and return them C-contiguous with their Problem."""
-    for name, array in (("A", A), ("B", B)):
-        if not isinstance(array, np.ndarray):
-            raise ProblemError(f"{name} must be a numpy.ndarray, got {type(array).__name__}")
-        if array.ndim != 2:
-            raise ProblemError(f"{name} must be 2-D, got {array.ndim}-D with shape {array.shape}")
-        if 0 in array.shape:
-            raise ProblemError(f"{name} must not be empty, got shape {array.shape}")
+def _array(name: str, value: object, ndims: tuple[int, ...]) -> np.ndarray:
+    if not isinstance(value, np.ndarray):
+        raise ProblemError(f"{name} must be a numpy.ndarray, got {type(value).__name__}", name)
+    if value.ndim not in ndims:
+        wanted = " or ".join(f"{n}-D" for n in ndims)
+        raise ProblemError(
+            f"{name} must be {wanted}, got {value.ndim}-D with shape {value.shape}", name
+        )
+    if 0 in value.shape:
+        raise ProblemError(f"{name} must not be empty, got shape {value.shape}", name)
+    return value
+
+
+def check_operands(
+    A: object,
+    B: object,
+    *,
+    trans_a: bool = False,
+    trans_b: bool = False,
+    C: object = None,
+    bias: object = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    activation: str | None = None,
+) -> tuple[dict, Problem]:
+    """Validate the operands of C = epilogue(op(A) @ op(B)) and return them C-contiguous
+    (by name: A, B, and C, bias when given) with their Problem.
+
+    A 3-D A is a batch; B 3-D too (one per item) or 2-D (shared). trans_a: A holds
+    A.T (K x M); trans_b: B holds B.T (N x K, a linear layer's weight). alpha != 1,
+    beta != 0 (C then holds the addend), bias (N values) and activation ("relu",
+    "gelu") make the epilogue.
+    """
+    trans_a, trans_b = check_flag("trans_a", trans_a), check_flag("trans_b", trans_b)
+    A = _array("A", A, (2, 3))
+    B = _array("B", B, (2, 3) if A.ndim == 3 else (2,))
     if A.dtype != B.dtype:
         raise ProblemError(f"A and B must have one dtype, got A {A.dtype} and B {B.dtype}")
     dtype = check_dtype(A.dtype)
-    if A.shape[1] != B.shape[0]:
+    batch = A.shape[0] if A.ndim == 3 else 1
+    if B.ndim == 3 and B.shape[0] != batch:
+        raise ProblemError(f"A and B must have one batch count, got {batch} and {B.shape[0]}")
+    M, K = A.shape[-2:][::-1] if trans_a else A.shape[-2:]
+    KB, N = B.shape[-2:][::-1] if trans_b else B.shape[-2:]
+    if K != KB:
         raise ProblemError(
-            f"inner dimensions differ: A is {A.shape[0]}x{A.shape[1]} (K={A.shape[1]}), "
-            f"B is {B.shape[0]}x{B.shape[1]} (K={B.shape[0]})"
+            f"inner dimensions differ: op(A) is {M}x{K} (K={K}), op(B) is {KB}x{N} (K={KB})"
         )
-    problem = Problem(A.shape[0], B.shape[1], A.shape[1], dtype)
-    return np.ascontiguousarray(A), np.ascontiguousarray(B), problem
+    for name, value in (("alpha", alpha), ("beta", beta)):
+        if isinstance(value, bool) or not isinstance(value, int | float | np.floating):
+            raise ProblemError(f"{name} must be a number, got {value!r:.40}", name)
+        if not np.isfinite(value):
+            raise ProblemError(f"{name} must be finite, got {value}", name)
+    if activation not in (None, "relu", "gelu"):
+        raise ProblemError(
+            f"activation {activation!r:.40} is unknown; known: relu, gelu (or None)", "activation"
+        )
+    ops = [op for op, on in (("alpha", alpha != 1), ("beta", beta != 0)) if on]
+    ops += (["bias"] if bias is not None else []) + ([activation] if activation else [])
+    problem = Problem(
+        M,
+        N,
+        K,
+        dtype,
+        ("t" if trans_a else "n") + ("t" if trans_b else "n"),
+        batch,
+        batch > 1 and B.ndim == 2,
+        ",".join(ops),
+    )
+    arrays = {"A": A, "B": B}
+    if beta != 0 and C is None:
+        raise ProblemError("beta != 0 needs C, the addend (C = alpha A B + beta C)", "C")
+    for name, value in (("C", C), ("bias", bias)):
+        if value is not None:
+            want = problem.matrix_shapes()[name]
+            value = _array(name, value, (len(want),))
+            if value.shape != want or value.dtype != A.dtype:
+                raise ProblemError(
+                    f"{name} must be {want} {A.dtype}, got {value.shape} {value.dtype}", name
+                )
+            arrays[name] = value
+    return {k: np.ascontiguousarray(v) for k, v in arrays.items()}, problem
+
+
+def check_features(problem: Problem, features, device: str = "this device") -> None:
+    """Raise ProblemError naming the missing adapter feature (f16 needs shader-f16)."""
+    if problem.dtype == "f16" and "shader-f16" not in features:
+        raise ProblemError(
+            f"dtype f16 needs the adapter feature shader-f16, which {device} does not have",
+            "dtype",
+        )
 
 
 def check_fits(problem: Problem, gpu: Gpu, limits: dict | None = None) -> None:
     """Raise ProblemError when a matrix of `problem` exceeds the buffer limits (the
-    device's, or `limits` such as WebGPU's defaults)."""
+    device's, or `limits` such as WebGPU's defaults), or the device lacks a feature."""
+    check_features(problem, gpu.features, gpu.summary)
     limits = limits or gpu.limits
     # the smaller limit is the one a matrix meets first (checked before any allocation)
     limit_name = min(("max-storage-buffer-binding-size", "max-buffer-size"), key=limits.get)
     limit = limits[limit_name]
-    for name, rows, cols in (
-        ("A", problem.M, problem.K),
-        ("B", problem.K, problem.N),
-        ("C", problem.M, problem.N),
-    ):
-        size = rows * cols * problem.itemsize
+    for name, shape in problem.matrix_shapes().items():
+        size = math.prod(shape) * problem.itemsize
         if size > limit:
+            what = "x".join(str(s) for s in shape)
             raise ProblemError(
-                f"{name} ({rows}x{cols} {problem.dtype}) needs {size} bytes, more than this "
+                f"{name} ({what} {problem.dtype}) needs {size} bytes, more than this "
                 f"device's storage buffer limit {limit_name} = {limit} bytes"
             )
 
 
 def _storage(gpu: Gpu, data: np.ndarray, extra=0):
     usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | extra
+    data = data.ravel()
+    if data.size % 4:  # bindings are arrays of up to vec4: whole vectors (f16: 8 bytes)
+        data = np.concatenate([data, np.zeros(4 - data.size % 4, data.dtype)])
     return gpu.device.create_buffer_with_data(data=data, usage=usage)
 
 
-def uniform_bytes(problem: Problem) -> np.ndarray:
-    data = np.array([problem.M, problem.N, problem.K, 0], dtype=np.uint32)
-    assert data.nbytes == UNIFORM_SIZE
+def uniform_bytes(problem: Problem, alpha: float = 1.0, beta: float = 0.0) -> np.ndarray:
+    """The uniform block (render.uniform_layout): sizes, and alpha, beta for variants."""
+    if problem.plain:
+        data = np.array([problem.M, problem.N, problem.K, 0], dtype=np.uint32)
+        assert data.nbytes == UNIFORM_SIZE
+        return data
+    data = np.array([problem.M, problem.N, problem.K, problem.batch, 0, 0, 0, 0], np.uint32)
+    data[4:6] = np.array([alpha, beta], np.float32).view(np.uint32)
+    assert data.nbytes == VARIANT_UNIFORM_SIZE
     return data
 
 
@@ -80,21 +161,35 @@ class Bound:
     bind_group: object = None
 
     @classmethod
-    def make(cls, compiled: Compiled, gpu: Gpu, A: np.ndarray, B: np.ndarray, C: np.ndarray):
+    def make(
+        cls,
+        compiled: Compiled,
+        gpu: Gpu,
+        A: np.ndarray,
+        B: np.ndarray,
+        C: np.ndarray,
+        bias: np.ndarray | None = None,
+        alpha: float = 1.0,
+        beta: float = 0.0,
+    ):
+        """Upload the operands (C: its starting contents; bias: zeros when not given)."""
         problem = compiled.shader.problem
         buffers = {
             "A": _storage(gpu, A),
             "B": _storage(gpu, B),
             "C": _storage(gpu, C, wgpu.BufferUsage.COPY_SRC),
             "dims": gpu.device.create_buffer_with_data(
-                data=uniform_bytes(problem), usage=wgpu.BufferUsage.UNIFORM
+                data=uniform_bytes(problem, alpha, beta), usage=wgpu.BufferUsage.UNIFORM
             ),
         }
+        if "bias" in problem.ops:
+            zeros = np.zeros(problem.N, problem.numpy_dtype)
+            buffers["bias"] = _storage(gpu, zeros if bias is None else bias)
         bind_group = gpu.device.create_bind_group(
             layout=compiled.bind_group_layout,
             entries=[
-                {"binding": i, "resource": {"buffer": buffers[name]}}
-                for i, name in enumerate(("A", "B", "C", "dims"))
+                {"binding": number, "resource": {"buffer": buffers[name]}}
+                for number, name, _ in bindings(problem)
             ],
         )
         return cls(compiled, gpu, buffers, bind_group)
@@ -117,7 +212,9 @@ class Bound:
     def read_c(self) -> np.ndarray:
         problem = self.compiled.shader.problem
         data = self.gpu.queue.read_buffer(self.buffers["C"])
-        return np.frombuffer(data, dtype=problem.numpy_dtype).reshape(problem.M, problem.N).copy()
+        shape = problem.matrix_shapes()["C"]
+        out = np.frombuffer(data, dtype=problem.numpy_dtype)[: math.prod(shape)]
+        return out.reshape(shape).copy()
 
     def release(self) -> None:
         for buffer in self.buffers.values():
@@ -126,12 +223,23 @@ class Bound:
 
 
 def dispatch(
-    compiled: Compiled, gpu: Gpu, A: np.ndarray, B: np.ndarray, fill: float = np.nan
+    compiled: Compiled,
+    gpu: Gpu,
+    A: np.ndarray,
+    B: np.ndarray,
+    fill: float = np.nan,
+    *,
+    C: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
 ) -> np.ndarray:
-    """Compute C = A @ B with a compiled kernel; C starts filled with `fill`."""
+    """Compute C = A @ B (with the problem's variant) with a compiled kernel; C starts
+    as `C` when given, else filled with `fill`."""
     problem = compiled.shader.problem
-    C = np.full((problem.M, problem.N), fill, dtype=problem.numpy_dtype)
-    bound = Bound.make(compiled, gpu, A, B, C)
+    if C is None:
+        C = np.full(problem.matrix_shapes()["C"], fill, dtype=problem.numpy_dtype)
+    bound = Bound.make(compiled, gpu, A, B, C, bias, alpha, beta)
     try:
         bound.run()
         return bound.read_c()
@@ -187,16 +295,53 @@ class Kernel:
             self._compiled = compile_shader(self.shader, self.gpu, checks=self.checks)
         return self._compiled
 
-    def __call__(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
-        """C = A @ B on the GPU; A and B must match this kernel's shape and dtype."""
-        A, B, problem = check_operands(A, B)
-        if problem != self.problem:
+    def __call__(
+        self,
+        A: np.ndarray,
+        B: np.ndarray,
+        C: np.ndarray | None = None,
+        *,
+        bias: np.ndarray | None = None,
+        alpha: float = 1.0,
+        beta: float = 0.0,
+    ) -> np.ndarray:
+        """C = epilogue(op(A) @ op(B)) on the GPU; the operands must match this kernel's
+        problem (shape, dtype, layout, batch and epilogue). A transposed operand is
+        passed as stored (layout "nt": B is N x K)."""
+        problem = self.problem
+        activation = problem.activation
+        arrays, got = check_operands(
+            A,
+            B,
+            trans_a=problem.trans_a,
+            trans_b=problem.trans_b,
+            C=C,
+            bias=bias,
+            alpha=alpha,
+            beta=beta,
+            activation=activation,
+        )
+        # a kernel with alpha or beta in its epilogue computes alpha = 1 or beta = 0 too
+        same = got.variant[:4] == problem.variant[:4] and got.shape == problem.shape
+        extra = set(got.ops) - set(problem.ops)
+        if not same or extra or ("bias" in problem.ops) != (bias is not None):
             raise ProblemError(
-                f"this kernel computes {self.problem}; got A {A.shape} and B {B.shape} "
-                f"({problem}); use autotune.matmul or lookup() for another shape"
+                f"this kernel computes {problem}; got {got}; use autotune.matmul or "
+                "lookup() for another problem"
             )
+        if "beta" in problem.ops and C is None:
+            raise ProblemError("this kernel's epilogue has beta: pass C", "C")
         check_fits(problem, self.gpu)
-        return dispatch(self.compiled, self.gpu, A, B)
+        return dispatch(
+            self.compiled,
+            self.gpu,
+            arrays["A"],
+            arrays["B"],
+            C=arrays.get("C"),
+            bias=arrays.get("bias"),
+            alpha=float(alpha),
+            beta=float(beta),
+        )
 
     def __repr__(self) -> str:
         checks = "on" if self.checks else "off"

@@ -23,7 +23,8 @@ from .render import render, template_hash
 from .space import Config, check_runnable, load_space
 from .verify import Reference, verify
 
-DEFAULT_TEMPLATES = ("blocked", "tiled", "naive")
+# blockedx computes the variant problems, the others the plain one (see space.py)
+DEFAULT_TEMPLATES = ("blocked", "blockedx", "tiled", "naive")
 
 
 def _stores(gpu: Gpu, cache_dir) -> list[cache.DeviceCache]:
@@ -65,7 +66,7 @@ def _nearest(problem, checks, stores, gpu, limits, reference) -> Kernel | None:
     for store in stores:
         for entry in store.entries().values():
             key = entry.key
-            if (key.checks, key.dtype, key.layout) == (checks, problem.dtype, problem.layout):
+            if key.checks == checks and key.problem.variant == problem.variant:
                 if fits(entry):
                     candidates.append((_distance(key.problem, problem), entry.median_s, entry))
     for _, _, entry in sorted(candidates, key=lambda c: c[:2]):
@@ -127,6 +128,11 @@ def lookup(
     K: int,
     dtype: str = "f32",
     *,
+    layout: str = "nn",
+    batch: int = 1,
+    shared_b: bool = False,
+    epilogue: str | list | None = "none",
+    accumulate: str = "auto",
     checks: bool = True,
     cache_dir: str | Path | None = None,
     gpu: Gpu | None = None,
@@ -134,10 +140,14 @@ def lookup(
 ) -> Kernel:
     """The best known kernel for C = A @ B with A of M x K and B of K x N, on this device.
 
-    `kernel.source` is "exact", "nearest" or "default"; call it with NumPy arrays.
-    `portable` keeps to configs within WebGPU's default limits (for export).
+    The variant (see autotune.Problem): `layout` "nn", "nt" (B stored N x K), "tn", "tt";
+    `batch` matrices per operand (`shared_b`: one B for all); `epilogue`, e.g.
+    "bias,gelu" or "alpha,beta,bias,relu"; `accumulate` (f16) "auto", "f32" or "f16".
+    `kernel.source` is "exact", "nearest" or
+    "default"; call it with NumPy arrays. `portable` keeps to configs within WebGPU's
+    default limits (for export).
     """
-    problem = Problem(M, N, K, dtype)
+    problem = Problem(M, N, K, dtype, layout, batch, shared_b, epilogue, accumulate)
     checks, portable = check_flag("checks", checks), check_flag("portable", portable)
     check_folder("cache_dir", cache_dir, writable=False)
     if gpu is not None and not isinstance(gpu, Gpu):
@@ -154,9 +164,57 @@ def lookup(
     return kernel
 
 
-def matmul(A: np.ndarray, B: np.ndarray, *, checks: bool = True) -> np.ndarray:
-    """C = A @ B on the GPU with the best known kernel for the shape."""
-    A, B, problem = check_operands(A, B)
+def matmul(
+    A: np.ndarray,
+    B: np.ndarray,
+    C: np.ndarray | None = None,
+    *,
+    bias: np.ndarray | None = None,
+    activation: str | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    trans_a: bool = False,
+    trans_b: bool = False,
+    accumulate: str = "auto",
+    checks: bool = True,
+) -> np.ndarray:
+    """activation(alpha * op(A) @ op(B) + beta * C + bias) on the GPU with the best known
+    kernel for the problem; returns a new array (C is read, not written).
+
+    trans_b=True: B is stored N x K (a linear layer's weight, y = x @ W.T); trans_a=True:
+    A is stored K x M. A 3-D A is a batch, with a 3-D B (one per item) or a 2-D B (shared).
+    f16 arrays run in f16 (the adapter needs shader-f16), accumulating in whichever type
+    was fastest when tuned, or as `accumulate` ("f32", "f16") says.
+    """
+    arrays, problem = check_operands(
+        A,
+        B,
+        trans_a=trans_a,
+        trans_b=trans_b,
+        C=C,
+        bias=bias,
+        alpha=alpha,
+        beta=beta,
+        activation=activation,
+    )
     checks = check_flag("checks", checks)
-    kernel = lookup(problem.M, problem.N, problem.K, problem.dtype, checks=checks)
-    return kernel(A, B)
+    kernel = lookup(
+        problem.M,
+        problem.N,
+        problem.K,
+        problem.dtype,
+        layout=problem.layout,
+        batch=problem.batch,
+        shared_b=problem.shared_b,
+        epilogue=problem.epilogue,
+        accumulate=accumulate,
+        checks=checks,
+    )
+    return kernel(
+        arrays["A"],
+        arrays["B"],
+        arrays.get("C"),
+        bias=arrays.get("bias"),
+        alpha=alpha,
+        beta=beta,
+    )

@@ -121,7 +121,7 @@ def measure(
     A, B = (
         operands if operands is not None else random_operands(problem, np.random.default_rng(seed))
     )
-    C = np.zeros((problem.M, problem.N), dtype=problem.numpy_dtype)
+    C = np.zeros(problem.matrix_shapes()["C"], dtype=problem.numpy_dtype)
     bound = Bound.make(compiled, gpu, A, B, C)
     timer = _PassTimer(bound, gpu, use_timestamps)
     try:

@@ -1,7 +1,19 @@
-"""The problem: C = A @ B with A of M x K and B of K x N, row-major.
+"""The problem: C = epilogue(op(A) @ op(B)), per batch item, as transformer layers use it.
 
-Every other stage takes a Problem; it is validated once, here, so that a bad size or
-dtype is reported with the argument's name before anything touches the GPU.
+The plain problem is C = A @ B with A of M x K and B of K x N, row-major f32. Its
+variants (each a field of Problem, each part of the cache key):
+- dtype "f16": f16 inputs and output (the adapter must have `shader-f16`).
+- layout "nn", "nt", "tn", "tt": A, then B, row-major as above ("n") or stored transposed
+  ("t": A as K x M, B as N x K), so y = x @ W.T with W stored [N, K] is layout "nt".
+- batch > 1: A, B and C are stacks of `batch` matrices; `shared_b`: one B for all.
+- epilogue: a subset of alpha (C = alpha * A@B), beta (+ beta * C's old value), bias
+  (+ a vector of N, per column), and one activation, relu or gelu (tanh approximation),
+  applied in that order. alpha and beta are runtime values (a uniform), not baked in.
+- accumulate (f16 only): "auto" lets the tuner choose f32 or f16 accumulation (its ACC
+  parameter) by speed; "f32" or "f16" pins it, for users who choose by accuracy.
+
+Every other stage takes a Problem; it is validated once, here, so that a bad size,
+dtype or variant is reported with the argument's name before anything touches the GPU.
 """
 
 from __future__ import annotations
@@ -12,22 +24,34 @@ from dataclasses import dataclass
 import numpy as np
 
 # dtype name -> NumPy type of the arrays in and out, and the WGSL scalar type.
-DTYPES = {"f32": (np.float32, "f32")}
-LAYOUTS = ("nn",)  # A and B both row-major, not transposed
+DTYPES = {"f32": (np.float32, "f32"), "f16": (np.float16, "f16")}
+# A then B: "n" as in C = A @ B (A is M x K, B is K x N), "t" stored transposed.
+LAYOUTS = ("nn", "nt", "tn", "tt")
+# Epilogue operations in the order they apply; at most one activation.
+EPILOGUE_OPS = ("alpha", "beta", "bias", "relu", "gelu")
+ACTIVATIONS = ("relu", "gelu")
+ACCUMULATE = ("auto", "f32", "f16")
+MAX_BATCH = 2**31 - 1
 
 
 class ProblemError(ValueError):
-    """A problem that cannot be computed: bad size, dtype, layout or too large."""
+    """A problem that cannot be computed: bad size, dtype, layout or too large. `field`
+    names the argument (the CLI prints it as an option: --shape, --dtype, --layout...)."""
+
+    def __init__(self, message: str, field: str = "shape"):
+        super().__init__(message)
+        self.field = field
 
 
 def check_size(name: str, value: object) -> int:
     """Return `value` as an int if it is a whole number >= 1, else raise naming `name`."""
+    field = "batch" if name == "batch" else "shape"
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ProblemError(f"{name} must be an integer >= 1, got {value!r}")
+        raise ProblemError(f"{name} must be an integer >= 1, got {value!r}", field)
     if value < 1:
-        raise ProblemError(f"{name} must be >= 1, got {value}")
+        raise ProblemError(f"{name} must be >= 1, got {value}", field)
     if value > 2**31 - 1:
-        raise ProblemError(f"{name} must be < 2**31, got {value}")
+        raise ProblemError(f"{name} must be < 2**31, got {value}", field)
     return int(value)
 
 
@@ -36,7 +60,45 @@ def check_dtype(dtype: object) -> str:
     for name, (np_type, _) in DTYPES.items():
         if dtype == name or (dtype not in DTYPES and _same_numpy_type(dtype, np_type)):
             return name
-    raise ProblemError(f"dtype {dtype!r} is not supported; supported: {', '.join(DTYPES)}")
+    raise ProblemError(f"dtype {dtype!r} is not supported; supported: {', '.join(DTYPES)}", "dtype")
+
+
+def check_layout(layout: object) -> str:
+    if layout not in LAYOUTS:
+        raise ProblemError(
+            f"layout {layout!r:.40} is not supported; supported: {', '.join(LAYOUTS)} "
+            "(A then B; n: as in A @ B, t: stored transposed)",
+            "layout",
+        )
+    return layout
+
+
+def check_epilogue(epilogue: object) -> str:
+    """ "bias,gelu", ["bias", "gelu"], "" or None -> the canonical "bias,gelu" ("none":
+    nothing after the product)."""
+    if epilogue is None or epilogue == "" or epilogue == "none":
+        return "none"
+    if isinstance(epilogue, str):
+        ops = [op.strip() for op in epilogue.split(",")]
+    elif isinstance(epilogue, list | tuple) and all(isinstance(op, str) for op in epilogue):
+        ops = list(epilogue)
+    else:
+        raise ProblemError(
+            f"epilogue must be a comma-separated string or a list, got {epilogue!r:.40}",
+            "epilogue",
+        )
+    for op in ops:
+        if op not in EPILOGUE_OPS:
+            raise ProblemError(
+                f"epilogue operation {op!r:.40} is unknown; known: {', '.join(EPILOGUE_OPS)}",
+                "epilogue",
+            )
+    if len(set(ops)) != len(ops) or len(set(ops) & set(ACTIVATIONS)) > 1:
+        raise ProblemError(
+            f"epilogue {epilogue!r:.60} repeats an operation or has two activations",
+            "epilogue",
+        )
+    return ",".join(op for op in EPILOGUE_OPS if op in ops) or "none"
 
 
 def _same_numpy_type(dtype: object, np_type: type) -> bool:
@@ -48,24 +110,43 @@ def _same_numpy_type(dtype: object, np_type: type) -> bool:
 
 @dataclass(frozen=True)
 class Problem:
-    """One GEMM: sizes, element type and layout."""
+    """One GEMM: sizes, element type, layout, batch and epilogue (see the module doc)."""
 
-    M: int  # rows of A and C
-    N: int  # columns of B and C
-    K: int  # columns of A, rows of B
+    M: int  # rows of C
+    N: int  # columns of C
+    K: int  # the summed dimension
     dtype: str = "f32"
     layout: str = "nn"
+    batch: int = 1  # matrices per operand
+    shared_b: bool = False  # one B for the whole batch (batch > 1 only)
+    epilogue: str = "none"  # canonical, e.g. "alpha,beta,bias,gelu"
+    accumulate: str = "auto"  # f16: "auto" (tuned), "f32" or "f16" (pinned)
 
     def __post_init__(self):
-        for name in ("M", "N", "K"):
+        for name in ("M", "N", "K", "batch"):
             object.__setattr__(self, name, check_size(name, getattr(self, name)))
         object.__setattr__(self, "dtype", check_dtype(self.dtype))
-        if self.layout not in LAYOUTS:
-            raise ProblemError(f"layout {self.layout!r} is not supported; supported: {LAYOUTS}")
+        object.__setattr__(self, "layout", check_layout(self.layout))
+        if not isinstance(self.shared_b, bool | np.bool_):
+            raise ProblemError(
+                f"shared_b must be True or False, got {self.shared_b!r:.40}", "shared_b"
+            )
+        # one B for a batch of one is the plain problem: one name for one problem
+        object.__setattr__(self, "shared_b", bool(self.shared_b) and self.batch > 1)
+        object.__setattr__(self, "epilogue", check_epilogue(self.epilogue))
+        if self.accumulate not in ACCUMULATE:
+            raise ProblemError(
+                f"accumulate {self.accumulate!r:.40} is not one of {', '.join(ACCUMULATE)}",
+                "accumulate",
+            )
+        if self.dtype == "f32" and self.accumulate == "f16":
+            raise ProblemError("accumulate f16 needs dtype f16", "accumulate")
+        if self.dtype == "f32":  # f32 accumulates in f32: one name for one problem
+            object.__setattr__(self, "accumulate", "auto")
 
     @property
     def flops(self) -> int:
-        return 2 * self.M * self.N * self.K
+        return 2 * self.M * self.N * self.K * self.batch
 
     @property
     def numpy_dtype(self) -> type:
@@ -83,33 +164,88 @@ class Problem:
     def shape(self) -> str:
         return f"{self.M}x{self.N}x{self.K}"
 
+    @property
+    def trans_a(self) -> bool:
+        return self.layout[0] == "t"
+
+    @property
+    def trans_b(self) -> bool:
+        return self.layout[1] == "t"
+
+    @property
+    def ops(self) -> tuple[str, ...]:
+        return () if self.epilogue == "none" else tuple(self.epilogue.split(","))
+
+    @property
+    def activation(self) -> str | None:
+        return next((op for op in self.ops if op in ACTIVATIONS), None)
+
+    @property
+    def plain(self) -> bool:
+        """f32, nn, one matrix, no epilogue: the problem every template computes."""
+        return self.variant == ("f32", "nn", 1, False, "none", "auto")
+
+    @property
+    def variant(self) -> tuple:
+        """Everything but the shape."""
+        return (self.dtype, self.layout, self.batch, self.shared_b, self.epilogue, self.accumulate)
+
+    @property
+    def dtype_text(self) -> str:
+        """ "f16", or "f16-acc32" / "f16-acc16" with the accumulation pinned."""
+        return self.dtype + ("" if self.accumulate == "auto" else f"-acc{self.accumulate[1:]}")
+
+    @property
+    def batch_text(self) -> str:
+        """ "b8" (8 matrices each), "b8s" (one B shared by 8 A matrices)."""
+        return f"b{self.batch}" + ("s" if self.shared_b else "")
+
+    def matrix_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The arrays in memory (row-major), with the batch dimension when batched."""
+        M, N, K = self.M, self.N, self.K
+        a = (K, M) if self.trans_a else (M, K)
+        b = (N, K) if self.trans_b else (K, N)
+        lead = (self.batch,) if self.batch > 1 else ()
+        shapes = {"A": lead + a, "B": (b if self.shared_b else lead + b), "C": lead + (M, N)}
+        if "bias" in self.ops:
+            shapes["bias"] = (N,)
+        return shapes
+
     def __str__(self) -> str:
-        return f"{self.shape} {self.dtype} {self.layout}"
+        text = f"{self.shape} {self.dtype_text} {self.layout}"
+        if self.batch > 1:
+            text += f" batch {self.batch}" + (" shared B" if self.shared_b else "")
+        if self.epilogue != "none":
+            text += f" epilogue {self.epilogue}"
+        return text
 
 
 _SHAPE = re.compile(r"^\s*(-?\d+)\s*[xX×]\s*(-?\d+)\s*[xX×]\s*(-?\d+)\s*$")
 
 
-def parse_shape(text: str, dtype: str = "f32") -> Problem:
-    """Parse "MxNxK" (e.g. "1024x1024x512") into a Problem."""
+def parse_shape(text: str, dtype: str = "f32", **variant) -> Problem:
+    """Parse "MxNxK" (e.g. "1024x1024x512") into a Problem (with `variant` fields)."""
     match = _SHAPE.match(text)
     if not match:
         raise ProblemError(f"shape {text!r} is not of the form MxNxK, e.g. 1024x1024x1024")
     M, N, K = (int(g) for g in match.groups())
-    return Problem(M, N, K, dtype)
+    return Problem(M, N, K, dtype, **variant)
 
 
 # Keys a problem may have in a --shapes-from file, and the largest file we read.
-PROBLEM_KEYS = ("shape", "M", "N", "K", "dtype", "name")
+VARIANT_KEYS = ("layout", "batch", "shared_b", "epilogue", "accumulate")
+PROBLEM_KEYS = ("shape", "M", "N", "K", "dtype", *VARIANT_KEYS, "name")
 MAX_PROBLEMS_FILE_BYTES = 4 * 2**20
 
 
-def problems_from_file(path, dtype: str = "f32") -> list[Problem]:
+def problems_from_file(path, dtype: str = "f32", **variant) -> list[Problem]:
     """The problems a JSON or TOML file lists, duplicates dropped (the first is kept).
 
     JSON: a list of objects, or {"problems": [...]}; TOML: [[problems]] tables. Each
-    problem has `shape = "MxNxK"` or M, N and K, and optionally `dtype` (default: the
-    `dtype` argument) and `name` (a label, e.g. the layer it comes from, not used).
+    problem has `shape = "MxNxK"` or M, N and K, and optionally `dtype`, `layout`,
+    `batch`, `shared_b`, `epilogue`, `accumulate` (defaults: the `dtype` and `variant`
+    arguments, as the CLI's options give them) and `name` (a label, e.g. the layer it
+    comes from, not used).
     """
     import json
     import tomllib
@@ -138,18 +274,19 @@ def problems_from_file(path, dtype: str = "f32") -> list[Problem]:
         if not isinstance(item.get("name", ""), str) or len(item.get("name", "")) > 200:
             raise ProblemError(f"{where}: name must be a string of at most 200 characters")
         item_dtype = item.get("dtype", dtype)
+        item_variant = variant | {k: item[k] for k in VARIANT_KEYS if k in item}
         try:
             if "shape" in item:
                 if any(k in item for k in "MNK") or not isinstance(item["shape"], str):
                     raise ProblemError('give either shape = "MxNxK" or M, N and K')
-                problem = parse_shape(item["shape"], item_dtype)
+                problem = parse_shape(item["shape"], item_dtype, **item_variant)
             else:
                 missing = [k for k in "MNK" if k not in item]
                 if missing:
                     raise ProblemError(f"{', '.join(missing)} missing (or give shape)")
-                problem = Problem(item["M"], item["N"], item["K"], item_dtype)
+                problem = Problem(item["M"], item["N"], item["K"], item_dtype, **item_variant)
         except ProblemError as error:
-            raise ProblemError(f"{where}: {error}") from None
+            raise ProblemError(f"{where}: {error}", error.field) from None
         if problem not in problems:
             problems.append(problem)
     return problems

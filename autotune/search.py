@@ -166,10 +166,12 @@ def study_name(
         gpu.fingerprint.slug,
         str(gpu.fingerprint.device_id),
         problem.shape,
-        problem.dtype,
+        problem.dtype_text,
         problem.layout,
         "checks" if checks else "nochecks",
     ]
+    if problem.batch > 1 or problem.epilogue != "none":  # plain names stay as they were
+        parts[5:5] = [problem.batch_text, problem.epilogue]
     parts += ["portable"] if portable else []
     parts += [f"{t}-{template_hash(t)}" for t in templates]
     return ":".join(parts)

@@ -2,7 +2,9 @@
 
 A space is a TOML file in `search_spaces/` (one per template): integer parameters with
 their values, derived quantities and constraints written as small expressions over the
-parameters and the problem (M, N, K, S = bytes per element). The expressions are parsed
+parameters and the problem (M, N, K, S = bytes per element, and the variant: F16, TA,
+TB, BATCH, SHARED_B, ALPHA, BETA, BIAS, ACT = 0 none / 1 relu / 2 gelu, ACC_PIN = 0
+auto / 1 f32 / 2 f16, VARIANT = 1 unless plain). The expressions are parsed
 into a tiny whitelisted form (integers, + - * // %, comparisons, and/or/not, min, max,
 cdiv); file text is never handed to `eval`.
 
@@ -10,6 +12,10 @@ Each space derives the quantities the adapter's limits apply to (invocations,
 workgroup_size_x/y, workgroup_storage, grid_x/y), so the valid set is known exactly
 before anything is compiled. Enumeration checks each constraint as soon as the
 parameters it reads are bound, so large spaces are cut early.
+
+A space whose file does not say `variants = true` computes only the plain problem (f32,
+nn, one matrix, no epilogue): templates written before the variants existed, the user's
+own included, are never handed a problem they would compute wrongly.
 """
 
 from __future__ import annotations
@@ -35,8 +41,14 @@ LIMITED = {
     "workgroup_storage": "max-compute-workgroup-storage-size",
     "grid_x": "max-compute-workgroups-per-dimension",
     "grid_y": "max-compute-workgroups-per-dimension",
+    "grid_z": "max-compute-workgroups-per-dimension",
 }
-PROBLEM_NAMES = ("M", "N", "K", "S")
+OPTIONAL_LIMITED = ("grid_z",)  # batched templates derive it; 1 elsewhere
+PROBLEM_NAMES = (
+    "M", "N", "K", "S", "F16", "TA", "TB", "BATCH", "SHARED_B", "ALPHA", "BETA", "BIAS", "ACT",
+    "ACC_PIN", "VARIANT",
+)  # fmt: skip
+_PLAIN_ONLY = "VARIANT == 0"
 
 
 class SpaceError(ValueError):
@@ -175,6 +187,7 @@ class Space:
     derived: list[_Rule]
     constraints: list[_Rule]
     seeds: list[dict[str, int]] = field(default_factory=list)
+    variants: bool = False  # computes variant problems too (f16, layouts, batch, epilogue)
 
     @classmethod
     def from_toml(cls, text: str, template: str) -> Space:
@@ -191,7 +204,7 @@ class Space:
             params[name] = tuple(int(v) for v in values)
         derived = [_rule(n, t) for n, t in data.get("derived", {}).items()]
         constraints = [_rule(n, t) for n, t in data.get("constraints", {}).items()]
-        missing = set(LIMITED) - {d.name for d in derived}
+        missing = set(LIMITED) - set(OPTIONAL_LIMITED) - {d.name for d in derived}
         if missing:
             raise SpaceError(f"search space {template!r} must derive {sorted(missing)}")
         known = set(params) | set(PROBLEM_NAMES)  # a rule reads only names defined above it
@@ -205,7 +218,13 @@ class Space:
         for seed in seeds:
             if set(seed) != set(params):
                 raise SpaceError(f"search space {template!r}: seed {seed} must set {list(params)}")
-        return cls(template, str(data.get("description", "")), params, derived, constraints, seeds)
+        variants = data.get("variants", False)
+        if type(variants) is not bool:
+            raise SpaceError(f"search space {template!r}: variants must be true or false")
+        if not variants:
+            constraints.insert(0, _rule("plain_problem_only", _PLAIN_ONLY))
+        description = str(data.get("description", ""))
+        return cls(template, description, params, derived, constraints, seeds, variants)
 
     @property
     def size(self) -> int:
@@ -218,7 +237,10 @@ class Space:
     def _rules(self, limits: Mapping[str, int] | None) -> list[tuple[str, _Rule]]:
         """Derived values and checks in evaluation order: ("derive"|"check", rule)."""
         rules = [("derive", d) for d in self.derived] + [("check", c) for c in self.constraints]
+        derived = {d.name for d in self.derived}
         for quantity, limit in LIMITED.items():
+            if quantity in OPTIONAL_LIMITED and quantity not in derived:
+                continue
             if limits is not None and limit in limits:
                 bound = int(limits[limit])
                 rules.append(
@@ -323,7 +345,24 @@ def _at_most(quantity: str, bound: int) -> Expr:
 
 
 def _problem_env(problem: Problem) -> dict[str, int]:
-    return {"M": problem.M, "N": problem.N, "K": problem.K, "S": problem.itemsize}
+    ops = problem.ops
+    return {
+        "M": problem.M,
+        "N": problem.N,
+        "K": problem.K,
+        "S": problem.itemsize,
+        "F16": int(problem.dtype == "f16"),
+        "TA": int(problem.trans_a),
+        "TB": int(problem.trans_b),
+        "BATCH": problem.batch,
+        "SHARED_B": int(problem.shared_b),
+        "ALPHA": int("alpha" in ops),
+        "BETA": int("beta" in ops),
+        "BIAS": int("bias" in ops),
+        "ACT": {None: 0, "relu": 1, "gelu": 2}[problem.activation],
+        "ACC_PIN": ("auto", "f32", "f16").index(problem.accumulate),
+        "VARIANT": int(not problem.plain),
+    }
 
 
 def template_names() -> list[str]:
@@ -360,6 +399,13 @@ def check_runnable(problem: Problem, limits: Mapping[str, int], templates) -> No
             name, _, rule = reason.removeprefix("limit ").partition(": ")
             broken.setdefault(name, f"{name} = {limits[name]}")
     if not broken:
+        plain_only = [s.template for s in spaces if not s.variants]
+        if not problem.plain and plain_only == [s.template for s in spaces]:
+            raise ProblemError(
+                f"{', '.join(plain_only)} compute only the plain problem (f32, nn, one "
+                f"matrix, no epilogue), not {problem}; the variants are blockedx's",
+                "template",
+            )
         raise ProblemError(f"no config of {', '.join(templates)} is valid for {problem}")
     raise ProblemError(
         f"{problem.shape} is beyond this device's limits for every config of "

@@ -29,7 +29,8 @@ from .search import SAMPLERS, Outcome, SearchResult, reference_seed, search
 from .space import check_runnable, load_space, template_names
 from .worker import CANDIDATE_S, Worker
 
-TEMPLATES = ("blocked", "tiled", "naive")
+# blockedx computes the variant problems, the others the plain one (see space.py)
+TEMPLATES = ("blocked", "blockedx", "tiled", "naive")
 BASELINE_TEMPLATE = "tiled"  # its first seed is the tutorial 16x16 kernel
 
 
@@ -110,6 +111,11 @@ def tune(
     K: int,
     dtype: str = "f32",
     *,
+    layout: str = "nn",
+    batch: int = 1,
+    shared_b: bool = False,
+    epilogue: str | list | None = "none",
+    accumulate: str = "auto",
     trials: int | None = 30,
     timeout: float | None = None,
     templates: Sequence[str] | None = None,
@@ -126,6 +132,9 @@ def tune(
 ) -> TuneResult:
     """Find the fastest correct kernel for this problem on this device and cache it.
 
+    The variant (`layout`, `batch`, `shared_b`, `epilogue`, `accumulate`) is as in
+    autotune.lookup;
+    without `templates`, those that compute it are searched.
     `portable` searches only configs within WebGPU's default limits (for export to any
     browser); their entries sit in the same cache, and lookup(portable=True) finds them.
     Each candidate runs in a worker process; one that does not finish within
@@ -133,7 +142,9 @@ def tune(
     `compile_ahead` (None: 1 on a GPU, 0 on a CPU adapter) is how many of the next
     candidates the worker compiles while it times the current one.
     """
-    problem = Problem(M, N, K, dtype)
+    problem = Problem(M, N, K, dtype, layout, batch, shared_b, epilogue, accumulate)
+    if not templates:  # the defaults that compute this problem (plain or variant)
+        templates = [t for t in TEMPLATES if load_space(t).first_config(problem) is not None]
     templates = check_templates(templates)
     check_budget(trials, timeout)
     checks = check_flag("checks", checks, TuneError)

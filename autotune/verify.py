@@ -32,6 +32,12 @@ from .problem import Problem
 
 # Unit roundoff per dtype; a sum of K products in that precision drifts like sqrt(K).
 EPSILON = {"f32": 2.0**-24, "f16": 2.0**-11}
+# Relative rounding of the stored result (f16 output; f32's is inside its K-bound).
+OUTPUT_ROUNDING = {"f32": 0.0, "f16": 2 * 2.0**-11}
+# alpha and beta of the epilogue at verification: neither 1 nor 0, so a kernel that
+# ignores either fails.
+TEST_ALPHA, TEST_BETA = 0.75, -0.5
+GELU_SLOPE = 1.13  # largest |d gelu(x) / dx|: how much an error before it can grow
 
 
 FULL_CHECK_FLOPS = 2 * 512**3
@@ -56,83 +62,184 @@ class Verdict:
         )
 
 
-def tolerance(problem: Problem) -> float:
+def accumulation(problem: Problem, config=None) -> str:
+    """The type a config accumulates in: f16 where its ACC parameter says so."""
+    return "f16" if config is not None and config.as_dict().get("ACC") else "f32"
+
+
+def tolerance(problem: Problem, accumulate: str = "f32") -> float:
     """Allowed error relative to sqrt(A**2 @ B**2): 16x eps * sqrt(K), the random-walk
     growth of rounding in a K-term sum, with a floor for tiny K. One dropped product in
     a dot product is off by ~1/sqrt(K) of that scale: far above this for any K < 2**24.
+
+    Accumulating in f16 is much looser: 8 x 2**-11 x (sqrt(K) + 2), e.g. 0.039 at K = 64
+    and 0.26 at K = 4096 (the partial sums themselves are rounded to 11 bits). It still
+    sees a dropped product for K up to ~100 and any dropped slice of the K loop; f16
+    inputs with f32 accumulation keep the f32 bound plus the f16 rounding of the output
+    (OUTPUT_ROUNDING, relative to each element).
     """
-    return EPSILON[problem.dtype] * (16 * math.sqrt(problem.K) + 16)
+    if accumulate == "f16":
+        return EPSILON["f16"] * 8 * (math.sqrt(problem.K) + 2)
+    return EPSILON["f32"] * (16 * math.sqrt(problem.K) + 16)
 
 
 def random_operands(problem: Problem, rng: np.random.Generator):
-    A = rng.uniform(-1, 1, (problem.M, problem.K)).astype(problem.numpy_dtype)
-    B = rng.uniform(-1, 1, (problem.K, problem.N)).astype(problem.numpy_dtype)
+    """A and B as stored (layout and batch applied), uniform in [-1, 1]."""
+    shapes = problem.matrix_shapes()
+    A = rng.uniform(-1, 1, shapes["A"]).astype(problem.numpy_dtype)
+    B = rng.uniform(-1, 1, shapes["B"]).astype(problem.numpy_dtype)
     return A, B
 
 
-def _worst(got: np.ndarray, want: np.ndarray, scale: np.ndarray) -> float:
-    """Largest |got - want| / scale; infinity if `got` has a NaN or infinity."""
+def _worst(got: np.ndarray, want: np.ndarray, scale: np.ndarray, out: float = 0.0) -> float:
+    """Largest (|got - want| - out * |want|) / scale; infinity if `got` has a NaN or
+    infinity. `out`: the output's own relative rounding, allowed on top."""
     got = got.astype(np.float64)
     if not np.all(np.isfinite(got)):
         return math.inf
-    return float(np.max(np.abs(got - want) / np.maximum(scale, 1e-300)))
+    excess = np.maximum(np.abs(got - want) - out * np.abs(want), 0.0)
+    return float(np.max(excess / np.maximum(scale, 1e-300)))
+
+
+def _logical(problem: Problem, A: np.ndarray, B: np.ndarray):
+    """op(A) and op(B) in float64 as (batch or 1, rows, columns)."""
+    A64, B64 = A.astype(np.float64), B.astype(np.float64)
+    A64 = np.swapaxes(A64, -1, -2) if problem.trans_a else A64
+    B64 = np.swapaxes(B64, -1, -2) if problem.trans_b else B64
+    return (A64[None] if A64.ndim == 2 else A64), (B64[None] if B64.ndim == 2 else B64)
 
 
 class Reference:
-    """Random inputs for one problem and what their product must be, computed once.
+    """Random inputs for one problem and what its result must be, computed once.
 
     A tuning run makes one Reference and checks every candidate against it (each with a
     fresh NaN-filled C): building the float64 reference is the slow part at large sizes.
+    Variants: op() per layout, per batch item; the epilogue with TEST_ALPHA, TEST_BETA,
+    a random bias, and C's starting contents random (beta reads them) instead of NaN.
     """
 
-    def __init__(self, problem: Problem, seed: int | None = None, operands=None):
+    def __init__(self, problem: Problem, seed: int | None = None, operands=None, extra=None):
         self.problem = problem
         rng = np.random.default_rng(seed)
         self.A, self.B = operands if operands is not None else random_operands(problem, rng)
-        A64, B64 = self.A.astype(np.float64), self.B.astype(np.float64)
-        A2, B2 = A64 * A64, B64 * B64
+        ops, shapes = problem.ops, problem.matrix_shapes()
+        self.alpha = TEST_ALPHA if "alpha" in ops else 1.0
+        self.beta = TEST_BETA if "beta" in ops else 0.0
+        extra = dict(extra or {})
+        for name in ("C", "bias") if "beta" in ops else ("bias",):
+            if name in shapes and name not in extra:
+                extra[name] = rng.uniform(-1, 1, shapes[name]).astype(problem.numpy_dtype)
+        self.C0, self.bias = extra.get("C"), extra.get("bias")
+        self.out = OUTPUT_ROUNDING[problem.dtype]
+        A64, B64 = _logical(problem, self.A, self.B)
+        self._A64, self._B64 = A64, B64
+        C64 = (
+            None
+            if self.C0 is None
+            else self.C0.astype(np.float64).reshape(A64.shape[0], -1, problem.N)
+        )
+        self._C64 = C64
+        self._bias64 = None if self.bias is None else self.bias.astype(np.float64)
         self.full = problem.flops <= FULL_CHECK_FLOPS
         if self.full:  # (want, scale) of every element
-            self.want, self.scale = A64 @ B64, np.sqrt(A2 @ B2)
+            want, scale = self._finish(A64 @ B64, np.sqrt((A64 * A64) @ (B64 * B64)), C64)
+            self.want = want.reshape(shapes["C"])
+            self.scale = scale.reshape(shapes["C"])
             return
-        M, N = problem.M, problem.N
+        M, N, batch = problem.M, problem.N, problem.batch
+        # batch items checked in detail: the first, the last and a random one
+        self.items = np.unique(np.r_[0, batch - 1, rng.integers(0, batch)])
         self.rows = np.unique(np.r_[0, M - 1, rng.integers(0, M, SAMPLES)])
         self.cols = np.unique(np.r_[0, N - 1, rng.integers(0, N, SAMPLES)])
-        self.row_want, self.row_scale = A64[self.rows] @ B64, np.sqrt(A2[self.rows] @ B2)
-        self.col_want, self.col_scale = A64 @ B64[:, self.cols], np.sqrt(A2 @ B2[:, self.cols])
-        # Freivalds: a wrong element anywhere shows in C x; x = +-1 weighs every column fully
-        self.xs = [rng.choice([-1.0, 1.0], N) for _ in range(2)]
-        self.x_want = [A64 @ (B64 @ x) for x in self.xs]
-        self.x_scale = [np.sqrt(A2 @ (B2 @ (x * x))) for x in self.xs]
+        # Freivalds: a wrong element anywhere shows in C x; x = +-1 weighs every column
+        # fully. Only for a linear epilogue (an activation does not commute with x).
+        self.xs = [] if problem.activation else [rng.choice([-1.0, 1.0], N) for _ in range(2)]
+        self.samples = {}
+        for b in self.items:
+            a, bb = A64[min(b, len(A64) - 1)], B64[min(b, len(B64) - 1)]
+            c0 = None if C64 is None else C64[b]
+            a2, b2 = a * a, bb * bb
+            rows = self._finish(
+                a[self.rows] @ bb, np.sqrt(a2[self.rows] @ b2), _rows(c0, self.rows)
+            )
+            cols = self._finish(
+                a @ bb[:, self.cols],
+                np.sqrt(a2 @ b2[:, self.cols]),
+                None if c0 is None else c0[:, self.cols],
+                self.cols,
+            )
+            freivalds = []
+            for x in self.xs:
+                want = self.alpha * (a @ (bb @ x))
+                sq = self.alpha**2 * (a2 @ (b2 @ (x * x)))
+                if c0 is not None:
+                    want, sq = (
+                        want + self.beta * (c0 @ x),
+                        sq + self.beta**2 * ((c0 * c0) @ (x * x)),
+                    )
+                if self._bias64 is not None:
+                    want, sq = want + self._bias64 @ x, sq + self._bias64 @ self._bias64
+                # the terms' bounds add up: sqrt(3 * sum of squares) bounds their sum
+                terms = 1 + (c0 is not None) + (self._bias64 is not None)
+                freivalds.append((x, want, np.sqrt(terms * sq)))
+            self.samples[int(b)] = (rows, cols, freivalds)
 
-    def guarded(self, limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """A and B with their NaN guards, and C's starting contents (NaN, then the canary):
-        made once, every candidate uploads the same."""
+    def _finish(self, product, scale, C0, cols=None):
+        """The epilogue applied to a float64 product, and the scale its error bound is
+        relative to (the sizes of the terms summed, through the activation's slope)."""
+        want, scale = self.alpha * product, abs(self.alpha) * scale
+        if C0 is not None:
+            want, scale = want + self.beta * C0, scale + abs(self.beta * C0)
+        if self._bias64 is not None:
+            bias = self._bias64 if cols is None else self._bias64[cols]
+            want, scale = want + bias, scale + np.abs(bias)
+        if self.problem.activation == "relu":
+            want = np.maximum(want, 0.0)
+        elif self.problem.activation == "gelu":
+            want = 0.5 * want * (1 + np.tanh(0.7978845608028654 * (want + 0.044715 * want**3)))
+            scale = GELU_SLOPE * scale
+        return want, scale
+
+    def guarded(self, limit: int) -> tuple[np.ndarray, ...]:
+        """A and B with their NaN guards, and C's starting contents (NaN, or the addend
+        when the epilogue has beta; then the canary): made once, every candidate uploads
+        the same. A bias (with its NaN guard) follows when the epilogue has one."""
         if getattr(self, "_guarded", (None,))[0] != limit:
             self._guarded = (limit, *guarded_inputs(self.A, self.B, self.problem, limit))
+            if self.C0 is not None:
+                self._guarded[3][: self.C0.size] = self.C0.ravel()
+            if self.bias is not None:
+                size = _guard_size(self.bias.size, self.bias.size, self.problem.itemsize, limit)
+                self._guarded += (_guarded(self.bias, size, math.nan),)
         return self._guarded[1:]
 
-    def check(self, C: np.ndarray) -> Verdict:
-        """Compare C with the float64 product (in full or sampled, see the module doc).
+    def check(self, C: np.ndarray, accumulate: str = "f32") -> Verdict:
+        """Compare C with the float64 result (in full or sampled, see the module doc).
 
         Each element's error is divided by sqrt(A**2 @ B**2), the root-sum-square of the
         products it sums: the size its rounding errors scale with.
         """
-        limit = tolerance(self.problem)
+        limit = tolerance(self.problem, accumulate)
         if self.full:
-            error = _worst(C, self.want, self.scale)
+            error = _worst(C, self.want, self.scale, self.out)
             return Verdict(error <= limit, error, limit)
         if not np.all(np.isfinite(C)):
             return Verdict(False, math.inf, limit)
-        errors = [
-            _worst(C[self.rows], self.row_want, self.row_scale),
-            _worst(C[:, self.cols], self.col_want, self.col_scale),
-        ]
-        C64 = C.astype(np.float64)
-        for x, want, scale in zip(self.xs, self.x_want, self.x_scale, strict=True):
-            errors.append(_worst(C64 @ x, want, scale))
+        C3 = C.reshape(-1, self.problem.M, self.problem.N)
+        errors = []
+        for b, ((row_want, row_scale), (col_want, col_scale), freivalds) in self.samples.items():
+            errors.append(_worst(C3[b][self.rows], row_want, row_scale, self.out))
+            errors.append(_worst(C3[b][:, self.cols], col_want, col_scale, self.out))
+            C64 = C3[b].astype(np.float64)
+            for x, want, scale in freivalds:
+                rounding = self.out * np.sqrt((C64 * C64) @ (x * x))
+                errors.append(_worst(C64 @ x, want, scale + rounding / max(limit, 1e-300)))
         error = max(errors)
         return Verdict(error <= limit, error, limit)
+
+
+def _rows(C0, rows):
+    return None if C0 is None else C0[rows]
 
 
 def check_result(C: np.ndarray, A: np.ndarray, B: np.ndarray, problem: Problem) -> Verdict:
@@ -150,7 +257,7 @@ def _guarded(data: np.ndarray, guard: int, fill: float) -> np.ndarray:
 
 def _guard_size(elements: int, row: int, itemsize: int, limit: int) -> int:
     """A row plus GUARD elements, a multiple of 4 (vec4 bindings), within the buffer limit."""
-    guard = -(-(row + GUARD) // 4) * 4
+    guard = -(-(elements + row + GUARD) // 4) * 4 - elements  # the total a whole vec4
     room = (limit // itemsize - elements) // 4 * 4
     return max(0, min(guard, room))
 
@@ -158,30 +265,39 @@ def _guard_size(elements: int, row: int, itemsize: int, limit: int) -> int:
 def guarded_inputs(A: np.ndarray, B: np.ndarray, problem: Problem, limit: int):
     """A and B flattened, each followed by NaN guards, and C: NaN then the canary (each
     within the buffer `limit`)."""
-    M, N, K, size = problem.M, problem.N, problem.K, problem.itemsize
-    C = np.full(M * N + _guard_size(M * N, N, size, limit), np.nan, problem.numpy_dtype)
-    C[M * N :].view(np.uint32)[:] = CANARY
+    size = problem.itemsize
+    c_size = math.prod(problem.matrix_shapes()["C"])
+    C = np.full(c_size + _guard_size(c_size, problem.N, size, limit), np.nan, problem.numpy_dtype)
+    C[c_size:].view(_BITS[size])[:] = CANARY & (256**size - 1)
     return (
-        _guarded(A, _guard_size(M * K, K, size, limit), math.nan),
-        _guarded(B, _guard_size(K * N, N, size, limit), math.nan),
+        _guarded(A, _guard_size(A.size, A.shape[-1], size, limit), math.nan),
+        _guarded(B, _guard_size(B.size, B.shape[-1], size, limit), math.nan),
         C,
     )
+
+
+_BITS = {4: np.uint32, 2: np.uint16}
 
 
 def run_guarded(compiled: Compiled, gpu: Gpu, reference: Reference):
     """One dispatch with guarded buffers: (C, number of guard elements after C changed)."""
     problem = compiled.shader.problem
     limit = min(gpu.limits["max-storage-buffer-binding-size"], gpu.limits["max-buffer-size"])
-    M, N = problem.M, problem.N
-    bound = Bound.make(compiled, gpu, *reference.guarded(limit))
+    A, B, C, *bias = reference.guarded(limit)
+    bound = Bound.make(
+        compiled, gpu, A, B, C, bias[0] if bias else None, reference.alpha, reference.beta
+    )
     try:
         bound.run()
         data = gpu.queue.read_buffer(bound.buffers["C"])
     finally:
         bound.release()
-    out = np.frombuffer(data, dtype=problem.numpy_dtype)
-    outside = int(np.count_nonzero(out[M * N :].view(np.uint32) != CANARY))
-    return out[: M * N].reshape(M, N).copy(), outside
+    out = np.frombuffer(data, dtype=problem.numpy_dtype)[: C.size]
+    shape = problem.matrix_shapes()["C"]
+    size = math.prod(shape)
+    bits = _BITS[problem.itemsize]
+    outside = int(np.count_nonzero(out[size:].view(bits) != CANARY & (256**problem.itemsize - 1)))
+    return out[:size].reshape(shape).copy(), outside
 
 
 def verify(
@@ -192,7 +308,7 @@ def verify(
     """
     reference = reference or Reference(compiled.shader.problem, seed)
     C, outside = run_guarded(compiled, gpu, reference)
-    verdict = reference.check(C)
+    verdict = reference.check(C, accumulation(reference.problem, compiled.shader.config))
     if outside:
         return Verdict(False, verdict.error, verdict.tolerance, outside)
     return verdict

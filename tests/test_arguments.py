@@ -38,6 +38,23 @@ TUNE = [
     (dict(compile_ahead=-1), "compile_ahead", "compile_ahead must be None or an integer 0..4"),
     (dict(compile_ahead=9), "compile_ahead", "compile_ahead must be None or an integer 0..4"),
     (dict(compile_ahead=1.0), "compile_ahead", "compile_ahead must be None or an integer"),
+    (
+        dict(layout="xn"),
+        (ProblemError, "layout"),
+        "layout 'xn' is not supported; supported: nn, nt",
+    ),
+    (dict(batch=0), (ProblemError, "batch"), "batch must be >= 1, got 0"),
+    (dict(shared_b="yes"), (ProblemError, "shared_b"), "shared_b must be True or False, got 'yes'"),
+    (dict(epilogue="tanh"), (ProblemError, "epilogue"), "epilogue operation 'tanh' is unknown"),
+    (dict(epilogue="relu,gelu"), (ProblemError, "epilogue"), "has two activations"),
+    (dict(epilogue=5), (ProblemError, "epilogue"), "epilogue must be a comma-separated string"),
+    (dict(accumulate="f64"), (ProblemError, "accumulate"), "accumulate 'f64' is not one of auto"),
+    (
+        dict(dtype="f16", templates=["blocked", "tiled"]),
+        (ProblemError, "template"),
+        "blocked, tiled compute only the plain problem (f32, nn, one matrix, no epilogue)",
+    ),  # fmt: skip
+    (dict(accumulate="f16"), (ProblemError, "accumulate"), "accumulate f16 needs dtype f16"),
 ]
 
 LOOKUP = [
@@ -48,11 +65,29 @@ LOOKUP = [
     (dict(portable=1), "portable", "portable must be True or False, got 1"),
     (dict(cache_dir="FILE"), "cache_dir", "exists and is not a folder"),
     (dict(gpu=object()), "gpu", "gpu must be an autotune.Gpu or None, got object"),
+    (dict(layout="TN"), (ProblemError, "layout"), "layout 'TN' is not supported"),
+    (dict(batch=1.5), (ProblemError, "batch"), "batch must be an integer >= 1, got 1.5"),
+    (dict(epilogue=["bias", "bias"]), (ProblemError, "epilogue"), "repeats an operation"),
+    (dict(epilogue="bias;relu"), (ProblemError, "epilogue"), "operation 'bias;relu' is unknown"),
 ]
 
 MATMUL = [
     (dict(A=[[1.0]]), ProblemError, "A must be a numpy.ndarray, got list"),
-    (dict(A=np.ones(4, np.float32)), ProblemError, "A must be 2-D, got 1-D"),
+    (dict(A=np.ones(4, np.float32)), ProblemError, "A must be 2-D or 3-D, got 1-D"),
+    (dict(B=np.ones((1, 4, 4), np.float32)), (ProblemError, "B"), "B must be 2-D, got 3-D"),
+    (
+        dict(A=np.ones((2, 4, 4), np.float32), B=np.ones((3, 4, 4), np.float32)),
+        ProblemError,
+        "A and B must have one batch count, got 2 and 3",
+    ),  # fmt: skip
+    (dict(activation="tanh"), (ProblemError, "activation"), "activation 'tanh' is unknown"),
+    (dict(bias=np.ones(3, np.float32)), (ProblemError, "bias"), "bias must be (4,) float32, got"),
+    (dict(bias=np.ones(4)), (ProblemError, "bias"), "bias must be (4,) float32, got (4,) float64"),
+    (dict(beta=0.5), (ProblemError, "C"), "beta != 0 needs C, the addend"),
+    (dict(alpha="2"), (ProblemError, "alpha"), "alpha must be a number, got '2'"),
+    (dict(beta=float("inf"), C=F32), (ProblemError, "beta"), "beta must be finite, got inf"),
+    (dict(trans_b="yes"), "trans_b", "trans_b must be True or False, got 'yes'"),
+    (dict(B=np.ones((4, 5), np.float32), trans_b=True), ProblemError, "inner dimensions differ"),
     (dict(B=np.ones((4, 4))), ProblemError, "A and B must have one dtype"),
     (dict(B=np.ones((5, 4), np.float32)), ProblemError, "inner dimensions differ"),
     (dict(A=np.ones((0, 4), np.float32)), ProblemError, "A must not be empty"),
@@ -74,16 +109,22 @@ def _check(call, kwargs, expected, words, tmp_path, error_type=ArgumentError):
     kwargs = {
         k: (str(a_file) if isinstance(v, str) and v == "FILE" else v) for k, v in kwargs.items()
     }
-    error = expected if isinstance(expected, type) else error_type
+    # expected: an error type, a field of `error_type`, or (error type, field)
+    error, field = (expected, None) if isinstance(expected, type) else (error_type, expected)
+    if isinstance(expected, tuple):
+        error, field = expected
     with pytest.raises(error) as raised:
         call(**kwargs)
     assert words in str(raised.value)
-    if not isinstance(expected, type):
-        assert raised.value.field == expected
+    if field is not None:
+        assert raised.value.field == field
 
 
 def _ids(table):
-    return [f"{next(iter(k))}={next(iter(k.values()))!r:.20}" for k, _, _ in table]
+    return [
+        f"{next(iter(k))}={next(iter(k.values()))!r:.20}" + ("+" if len(k) > 1 else "")
+        for k, _, _ in table
+    ]
 
 
 @pytest.mark.parametrize("kwargs, expected, words", TUNE, ids=_ids(TUNE))
@@ -152,12 +193,20 @@ CLI = [
     (["tune", "--shapes-from", "both.json"], 'problem 1: give either shape = "MxNxK" or M, N'),
     (["tune", "--shapes-from", "text.json"], "problem 1: N must be an integer >= 1, got '4'"),
     (["tune", "--shapes-from", "f64.json"], "problem 1: dtype 'f64' is not supported"),
+    (["tune", "--shapes-from", "xx.json"], "problem 1: layout 'xx' is not supported"),
     (["cache"], "the following arguments are required: action"),
     (["cache", "merge", "--out", "m.json"], "the following arguments are required: FILE"),
     (["cache", "merge", "FILE", "--out", "m.json"], "argument FILE: FILE: Expecting value"),
     (["cache", "merge", "nope.json", "--out", "m.json"], "argument FILE: nope.json: [Errno 2]"),
     (["lookup", "--shape", "1x1x0"], "argument --shape: K must be >= 1, got 0"),
-    (["lookup", "--shape", "4x4x4", "--dtype", "f16"], "argument --dtype: invalid choice"),
+    (["lookup", "--shape", "4x4x4", "--dtype", "f64"], "argument --dtype: invalid choice"),
+    (["tune", "--shape", "4x4x4", "--layout", "xx"], "argument --layout: invalid choice: 'xx'"),
+    (["tune", "--shape", "4x4x4", "--batch", "0"], "argument --batch: must be an integer >= 1"),
+    (["tune", "--shape", "4x4x4", "--epilogue", "tanh"], "argument --epilogue: epilogue operati"),
+    (["lookup", "--shape", "4x4x4", "--epilogue", "relu,gelu"], "argument --epilogue: epilogue"),
+    (["export", "--shape", "4x4x4", "--out", "d", "--epilogue", "x"], "argument --epilogue: "),
+    (["tune", "--shape", "4x4x4", "--accumulate", "f64"], "argument --accumulate: invalid choi"),
+    (["tune", "--shape", "4x4x4", "--accumulate", "f16"], "argument --accumulate: accumulate f1"),
     (["lookup", "--shape", "4x4x4", "--checks", "x"], "argument --checks: invalid choice"),
     (["lookup", "--shape", "4x4x4", "--cache", "FILE"], "argument --cache: cache_dir '"),
     (["lookup"], "the following arguments are required: --shape"),
@@ -182,6 +231,7 @@ def test_cli_arguments(capsys, tmp_path, monkeypatch, argv, words):
     (tmp_path / "both.json").write_text('[{"shape": "4x4x4", "M": 4}]')
     (tmp_path / "text.json").write_text('[{"M": 4, "N": "4", "K": 4}]')
     (tmp_path / "f64.json").write_text('[{"shape": "4x4x4", "dtype": "f64"}]')
+    (tmp_path / "xx.json").write_text('[{"shape": "4x4x4", "layout": "xx"}]')
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err

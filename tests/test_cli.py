@@ -43,6 +43,11 @@ def test_help_documents_every_command():
         "--sampler",
         "--storage",
         "--cache",
+        "--layout",
+        "--batch",
+        "--shared-b",
+        "--epilogue",
+        "--accumulate",
     ):
         assert option in done.stdout
 
@@ -79,14 +84,55 @@ def test_tune_shapes_from_a_model_file_tunes_each_problem_once(gpu, tmp_path, ca
         '[[problems]]\nname = "qkv"\nshape = "24x20x16"\n'
         '[[problems]]\nname = "qkv again"\nM = 24\nN = 20\nK = 16\n'
         '[[problems]]\nname = "out"\nshape = "20x24x16"\n'
+        '[[problems]]\nname = "out, weights as stored"\nshape = "20x24x16"\nlayout = "nt"\n'
     )
     argv = ["tune", "--shapes-from", str(model), "--shape", "20x24x16", "--trials", "2"]
-    argv += ["--template", "naive", "--cache", str(tmp_path / "cache")]
+    argv += ["--cache", str(tmp_path / "cache")]
+    assert main([*argv, "--template", "naive"]) == 2  # naive cannot do the nt problem...
+    assert "--template: naive compute only the plain problem" in capsys.readouterr().err
+    assert not list((tmp_path / "cache").glob("*.json"))  # ...found before any tuning
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "2/2 shapes" in out  # one display for the whole list
-    summary = out[out.index("best kernel per shape") :]
-    assert summary.count("24x20x16") == 2 and summary.count("20x24x16") == 2  # table + config
-    for shape in ("24x20x16", "20x24x16"):
-        assert main(["lookup", "--shape", shape, "--json", "--cache", str(tmp_path / "cache")]) == 0
+    assert "3/3 shapes" in out  # one display for the whole list
+    for shape, layout in (("24x20x16", "nn"), ("20x24x16", "nn"), ("20x24x16", "nt")):
+        argv = ["lookup", "--shape", shape, "--layout", layout, "--json"]
+        assert main([*argv, "--cache", str(tmp_path / "cache")]) == 0
         assert json.loads(capsys.readouterr().out)["source"] == "exact"
+
+
+@pytest.mark.gpu
+def test_variant_tune_lookup_export(gpu, tmp_path, capsys):
+    """f16, B transposed, a batch of 2, bias and GELU fused: tuned, cached under its own
+    key, looked up exactly, nearest for another M, exported with its manifest fields."""
+    cache = str(tmp_path / "cache")
+    variant = ["--dtype", "f16", "--layout", "nt", "--batch", "2", "--epilogue", "gelu,bias"]
+    argv = ["tune", "--shape", "40x48x24", *variant, "--trials", "3", "--cache", cache]
+    assert main([*argv, "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "blockedx" in out and "epilogue bias,gelu" in out
+    (path,) = (tmp_path / "cache").glob("*.json")
+    (key,) = json.loads(path.read_text())["entries"]
+    assert key.startswith("blockedx:") and key.endswith(":f16:nt:device:40x48x24:b2:bias,gelu")
+    assert main(["lookup", "--shape", "40x48x24", *variant, "--cache", cache, "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["source"] == "exact" and info["template"] == "blockedx"
+    assert (info["layout"], info["batch"], info["epilogue"]) == ("nt", 2, "bias,gelu")
+    assert main(["lookup", "--shape", "44x48x24", *variant, "--cache", cache, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["source"] == "nearest"
+    assert main(["lookup", "--shape", "40x48x24", "--dtype", "f16", "--cache", cache]) == 0
+    assert "source: default" in capsys.readouterr().out
+    out_dir = tmp_path / "out"
+    assert (
+        main(["export", "--shape", "40x48x24", *variant, "--cache", cache, "--out", str(out_dir)])
+        == 0
+    )
+    (manifest,) = out_dir.glob("*.json")
+    data = json.loads(manifest.read_text())
+    assert manifest.name == "gemm_40x48x24_f16_nt_b2_bias_gelu.json"
+    assert data["required_features"] == ["shader-f16"] and data["layout"] == "nt"
+    assert data["batch"] == 2 and data["epilogue"]["ops"] == ["bias", "gelu"]
+    assert [b["name"] for b in data["bindings"]] == ["A", "B", "C", "dims", "bias"]
+    assert data["dispatch"][2] == 2 and data["bindings"][1]["shape"] == [2, 48, 24]
+    wgsl = manifest.with_suffix(".wgsl").read_text()  # the header after `enable f16;`
+    assert wgsl.startswith("enable f16;\n// autotune GEMM kernel, f16, M = 40")
+    gpu.create_shader_module(wgsl)  # still valid WGSL

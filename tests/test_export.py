@@ -59,7 +59,7 @@ def test_bundle_files_and_manifest(gpu, tmp_path):
     assert wgsl.startswith("// autotune GEMM kernel: C = A * B") and "70x44" in wgsl
     assert not re.search(r"\{\{|\}\}|\{%|%\}|\{#", wgsl)
     module = paths["js"].read_text()
-    assert "export async function createGemm(device)" in module
+    assert "export async function createGemm(device, " in module
     assert "export const manifest" in module and json.dumps(wgsl) in module
 
 
@@ -213,6 +213,79 @@ def test_exported_bundles_run_unchanged_in_chromium(gpu, served):
     for name, result in results.items():
         assert result["ok"], f"{name}: {result}"
         assert result["errors"] == []
+
+
+def variant(**params):
+    base = dict(VEC=4, BM=32, TM=4, BN=32, TN=4, BK=16, PAD=0, UNROLL=1, DB=1, AT=1, GROUP=1)
+    return Config.make("blockedx", base | dict(ACC=0) | params)
+
+
+# One f16 kernel per accumulation type, and transposed, batched, fused ones (ragged M).
+F16_CASES = {
+    "f16acc": (Problem(36, 44, 40, "f16"), variant(ACC=1)),
+    "f16f32": (Problem(37, 44, 40, "f16", "nt"), variant(BK=8, DB=0)),
+}
+FUSED_CASES = {
+    "nt_batch_gelu": (Problem(37, 44, 28, "f32", "nt", 3, False, "alpha,beta,bias,gelu"), None),
+    "tn_shared_relu": (Problem(36, 20, 24, "f32", "tn", 2, True, "bias,relu"), variant()),
+}
+
+
+@pytest.fixture(scope="module")
+def variant_results(gpu, tmp_path_factory):
+    """The variant bundles, run once in Chromium: name -> the runner's result."""
+    folder = tmp_path_factory.mktemp("variants")
+    for name, (problem, config) in (F16_CASES | FUSED_CASES).items():
+        kernel = (
+            Kernel(problem, config, "default", gpu=gpu)
+            if config
+            else autotune.lookup(
+                problem.M,
+                problem.N,
+                problem.K,
+                problem.dtype,
+                layout=problem.layout,
+                batch=problem.batch,
+                shared_b=problem.shared_b,
+                epilogue=problem.epilogue,
+                portable=True,
+                gpu=gpu,
+            )
+        )
+        autotune.export(kernel, folder, name=name)
+    for file in ("runner.html", "runner.js"):
+        shutil.copy(RUNNER / file, folder / file)
+    handler = functools.partial(_QuietHandler, directory=str(folder))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/runner.html?bundles="
+        lines = run_in_chromium(url + ",".join(F16_CASES | FUSED_CASES))
+    finally:
+        server.shutdown()
+        server.server_close()
+    messages = [re.search(r"AUTOTUNE_RESULT ([A-Za-z0-9+/=]+)", line) for line in lines]
+    return {r["name"]: r for r in (json.loads(base64.b64decode(m[1])) for m in messages if m)}
+
+
+def test_transposed_batched_fused_bundles_run_in_chromium(variant_results):
+    for name in FUSED_CASES:
+        result = variant_results[name]
+        assert result.get("ok") and result["errors"] == [], f"{name}: {result}"
+
+
+def test_f16_bundles_run_in_chromium(variant_results):
+    skipped = [variant_results[n]["skipped"] for n in F16_CASES if "skipped" in variant_results[n]]
+    for name in F16_CASES:  # where it cannot run, createGemm refuses, naming the feature
+        refused = variant_results[name].get("refused")
+        assert "skipped" not in variant_results[name] or "needs the device feature shader-f16" in (
+            refused or ""
+        ), variant_results[name]
+    if skipped:  # said out loud, never a silent pass
+        pytest.skip(f"f16 in the browser: {skipped[0]}")
+    for name in F16_CASES:
+        result = variant_results[name]
+        assert result.get("ok") and result["errors"] == [], f"{name}: {result}"
 
 
 def test_the_browser_check_catches_broken_bundles(gpu, served):

@@ -222,6 +222,7 @@ def test_two_machines_share_one_study_and_their_caches_merge(gpu, tmp_path, back
     kernel = autotune.lookup(48, 48, 48, cache_dir=merged)
     fastest = min(bests, key=lambda e: e.median_s)
     assert kernel.source == "exact" and kernel.config == fastest.config
+    assert str(kernel.config) in configs  # a config the study measured
     from autotune.verify import verify
 
     assert verify(kernel.compiled, gpu).ok

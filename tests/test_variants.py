@@ -1,0 +1,236 @@
+"""The variant problems (f16, transposed operands, batches, fused epilogue): each
+rendered, compiled, verified against float64 NumPy on odd shapes, run through the API,
+keyed in the cache; and the checks must be able to fail."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+import autotune
+from autotune.cache import Key, _parse_key
+from autotune.compile import compile_shader
+from autotune.data import data_path
+from autotune.kernel import check_features
+from autotune.measure import measure
+from autotune.problem import Problem, ProblemError
+from autotune.render import render, template_hash
+from autotune.space import load_space
+from autotune.verify import Reference, tolerance, verify
+
+# Odd and prime sizes: ragged tiles everywhere; the vector widths the sizes allow.
+PROBLEMS = [
+    Problem(37, 41, 29, "f16"),
+    Problem(36, 44, 40, "f16", "nt"),
+    Problem(37, 44, 28, "f32", "nt"),
+    Problem(36, 44, 28, "f32", "tn"),
+    Problem(36, 41, 28, "f16", "tt", 2),
+    Problem(33, 20, 19, "f32", "nn", 3),
+    Problem(33, 20, 24, "f32", "nt", 3, True),
+    Problem(33, 20, 19, "f32", "nn", 1, False, "alpha,beta,bias,gelu"),
+    Problem(36, 44, 28, "f16", "tt", 2, False, "bias,relu"),
+    Problem(68, 72, 40, "f16", "nt", 2, False, "alpha,beta,bias,gelu"),
+    Problem(67, 72, 40, "f32", "tn", 3, True, "beta"),
+]
+
+
+def test_plain_problem_keeps_the_blocked_template_and_its_shipped_entries():
+    """The blocked template serves the plain problem only, and its hash is still the one
+    the shipped cache's entries were tuned with (they stay served)."""
+    hashes = set()
+    for path in data_path("cache").glob("*.json"):
+        for key in json.loads(path.read_text())["entries"]:
+            if key.startswith("blocked:"):
+                hashes.add(key.split(":")[1])
+    assert hashes == {template_hash("blocked")}
+    variant = Problem(64, 64, 64, "f16")
+    for template in ("blocked", "tiled", "naive"):
+        space = load_space(template)
+        assert space.first_config(variant) is None
+        reason = space.why_invalid(space.first_config(Problem(64, 64, 64)), variant)
+        assert reason.startswith("plain_problem_only")
+    blockedx = load_space("blockedx")
+    assert blockedx.first_config(Problem(64, 64, 64)) is None
+    assert blockedx.why_invalid(blockedx.seed_configs(variant)[0], Problem(64, 64, 64)).startswith(
+        "variant_problems_only"
+    )
+
+
+def test_constraints_follow_the_contiguous_dimension():
+    space = load_space("blockedx")
+    vec4 = next(c for c in space.seed_configs(Problem(64, 64, 64, "f16", "nt")) if c["VEC"] == 4)
+    assert space.why_invalid(vec4, Problem(64, 64, 30, "f32", "nt")).startswith("vec_divides_k")
+    assert space.why_invalid(vec4, Problem(66, 64, 64, "f32", "tn")).startswith("vec_divides_m")
+    assert space.why_invalid(vec4, Problem(66, 64, 64, "f32", "nt")) is None  # M is free
+    acc16 = dict(vec4.as_dict(), ACC=1)
+    config = type(vec4).make("blockedx", acc16)
+    assert space.why_invalid(config, Problem(64, 64, 64, "f32", "nt")).startswith("acc_f16")
+
+
+def test_render_variants():
+    space = load_space("blockedx")
+    f16 = Problem(64, 64, 64, "f16", "nt", 4, True, "bias,gelu")
+    shader = render(space.seed_configs(f16)[0], f16)
+    assert shader.wgsl.startswith("enable f16;\n")
+    assert shader.dispatch[2] == 4 and "fn gelu" in shader.wgsl and "bias[c]" in shader.wgsl
+    assert "@binding(4) var<storage, read> bias" in shader.wgsl
+    plain_f32 = Problem(64, 64, 64, "f32", "tn")
+    assert "enable f16" not in render(space.seed_configs(plain_f32)[0], plain_f32).wgsl
+
+
+def test_shader_f16_missing_is_named():
+    with pytest.raises(ProblemError, match="needs the adapter feature shader-f16") as raised:
+        check_features(Problem(8, 8, 8, "f16"), frozenset({"timestamp-query"}), "some GPU")
+    assert raised.value.field == "dtype"
+    check_features(Problem(8, 8, 8, "f16"), frozenset({"shader-f16"}))
+    check_features(Problem(8, 8, 8), frozenset())
+
+
+def test_tolerance_per_dtype_and_accumulation():
+    assert tolerance(Problem(4, 4, 4096, "f16"), "f16") == pytest.approx(0.25, rel=0.05)
+    assert tolerance(Problem(4, 4, 64, "f16"), "f16") == pytest.approx(0.039, rel=0.01)
+    # f16 inputs accumulated in f32: the f32 bound (the output's rounding is added apart)
+    assert tolerance(Problem(4, 4, 64, "f16")) == tolerance(Problem(4, 4, 64))
+
+
+def test_cache_keys_of_variants():
+    plain = Key.of(Problem(8, 16, 32), "blocked", True)
+    assert str(plain).count(":") == 6 and str(plain).endswith(":f32:nn:device:8x16x32")
+    problem = Problem(8, 16, 32, "f16", "nt", 8, True, "gelu,bias")
+    key = Key.of(problem, "blockedx", False)
+    assert str(key).endswith(":nochecks:f16:nt:device:8x16x32:b8s:bias,gelu")
+    assert _parse_key(str(key)) == key and key.problem == problem
+    unbatched = Key.of(Problem(8, 16, 32, "f16", "tt"), "blockedx", True)
+    assert str(unbatched).endswith(":f16:tt:device:8x16x32") and _parse_key(str(unbatched))
+    for bad in (":b0:none", ":b2:tanh", ":b2:gelu,bias", ":b1s:none", ":x:none"):
+        with pytest.raises(ValueError):
+            _parse_key(str(unbatched) + bad)
+    pinned = Key.of(Problem(8, 16, 32, "f16", accumulate="f32"), "blockedx", True)
+    assert ":f16-acc32:nn:" in str(pinned) and _parse_key(str(pinned)).accumulate == "f32"
+    for bad in ("f32-acc32", "f16-acc64", "f16-acc"):
+        with pytest.raises(ValueError):
+            _parse_key(str(pinned).replace("f16-acc32", bad))
+
+
+def test_accumulation_can_be_pinned():
+    space = load_space("blockedx")
+    for accumulate, values in (("auto", {0, 1}), ("f32", {0}), ("f16", {1})):
+        configs = space.configs(Problem(64, 64, 64, "f16", "nt", accumulate=accumulate))
+        assert {c["ACC"] for c in configs} == values
+    assert Problem(8, 8, 8, accumulate="f32") == Problem(8, 8, 8)  # f32 always is
+    with pytest.raises(ProblemError, match="accumulate f16 needs dtype f16"):
+        Problem(8, 8, 8, accumulate="f16")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem", PROBLEMS, ids=str)
+def test_variant_configs_verify(gpu, problem):
+    """The seeds and a few random configs (vector widths, AT, DB, GROUP, accumulation)."""
+    space = load_space("blockedx")
+    configs = space.configs(problem, gpu.limits)
+    sample = random.Random(str(problem)).sample(configs, 3) + space.seed_configs(problem)[:2]
+    reference = Reference(problem, seed=1)
+    for config in dict.fromkeys(sample):
+        verdict = verify(compile_shader(render(config, problem), gpu), gpu, reference=reference)
+        assert verdict.ok, f"{config}: {verdict.reason}"
+
+
+@pytest.mark.gpu
+def test_f16_accumulation_verifies(gpu):
+    problem = Problem(64, 72, 96, "f16", "nt", 1, False, "bias")
+    configs = [c for c in load_space("blockedx").configs(problem, gpu.limits) if c["ACC"]]
+    reference = Reference(problem, seed=2)
+    for config in random.Random(5).sample(configs, 3):
+        verdict = verify(compile_shader(render(config, problem), gpu), gpu, reference=reference)
+        assert verdict.ok and verdict.tolerance > 0.01, f"{config}: {verdict}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "right, wrong",
+    [
+        (
+            Problem(40, 40, 40, "f32", "nn", 1, False, "alpha,beta"),
+            Problem(40, 40, 40, "f32", "nn", 1, False, "alpha"),
+        ),
+        (
+            Problem(40, 40, 40, "f32", "nt", 1, False, "bias"),
+            Problem(40, 40, 40, "f32", "nn", 1, False, "bias"),
+        ),
+        (Problem(40, 40, 40, "f32", "nt", 1, False, "relu"), Problem(40, 40, 40, "f32", "tn")),
+        (Problem(40, 40, 40, "f32", "nt", 3), Problem(40, 40, 40, "f32", "nt", 3, True)),
+        (
+            Problem(40, 40, 40, "f32", "nt", 1, False, "alpha,gelu"),
+            Problem(40, 40, 40, "f32", "nt", 1, False, "alpha,relu"),
+        ),
+    ],
+    ids=["ignores C", "transposes B", "transposes A", "one B for all", "wrong activation"],
+)
+def test_verification_catches_a_kernel_of_another_variant(gpu, right, wrong):
+    """A kernel for `wrong` checked as one for `right` (same buffer sizes) must fail."""
+    space = load_space("blockedx")
+    config = next(c for c in space.seed_configs(right) if not space.why_invalid(c, wrong))
+    reference = Reference(right, seed=3)
+    assert verify(compile_shader(render(config, right), gpu), gpu, reference=reference).ok
+    assert not verify(compile_shader(render(config, wrong), gpu), gpu, reference=reference).ok
+
+
+@pytest.mark.gpu
+def test_matmul_variants_match_numpy(gpu):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 37, 40)).astype(np.float32)  # a batch of activations
+    W = rng.standard_normal((44, 40)).astype(np.float32)  # a linear layer: [N, K]
+    b = rng.standard_normal(44).astype(np.float32)
+    y = autotune.matmul(x, W, bias=b, activation="relu", trans_b=True)
+    np.testing.assert_allclose(y, np.maximum(x @ W.T + b, 0), rtol=1e-4, atol=1e-4)
+    A = rng.uniform(-1, 1, (33, 29)).astype(np.float16)
+    B = rng.uniform(-1, 1, (29, 31)).astype(np.float16)
+    C = autotune.matmul(A, B)
+    assert C.dtype == np.float16
+    np.testing.assert_allclose(C, A.astype(np.float64) @ B, rtol=2e-3, atol=2e-3)
+    C0 = rng.standard_normal((33, 31)).astype(np.float32)
+    A32, B32 = A.astype(np.float32), B.astype(np.float32)
+    got = autotune.matmul(A32.T.copy(), B32, C0, alpha=2.0, beta=0.5, trans_a=True)
+    np.testing.assert_allclose(got, 2 * A32 @ B32 + 0.5 * C0, rtol=1e-4, atol=1e-4)
+    kernel = autotune.lookup(33, 31, 29, layout="tn", epilogue="alpha,beta")
+    again = kernel(A32.T.copy(), B32, C0, alpha=-1.0, beta=0.0)  # other scalars, same kernel
+    np.testing.assert_allclose(again, -(A32 @ B32), rtol=1e-4, atol=1e-4)
+    with pytest.raises(ProblemError, match="this kernel computes"):
+        kernel(A32.T.copy(), B32, C0, bias=np.zeros(31, np.float32))  # another problem
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("epilogue", ["alpha,beta,bias", "bias,gelu"])
+def test_large_variants_are_checked_by_sampling(gpu, epilogue):
+    """Above FULL_CHECK_FLOPS the check samples batch items, rows, columns (and, for a
+    linear epilogue, Freivalds' test): a right kernel passes, one ignoring C or the bias
+    fails, as does one that skips a batch item (one B where there are two)."""
+    problem = Problem(520, 516, 512, "f32", "nt", 2, False, epilogue)
+    reference = Reference(problem, seed=4)
+    assert not reference.full
+    config = load_space("blockedx").seed_configs(problem, gpu.limits)[0]
+    compiled = compile_shader(render(config, problem), gpu)
+    assert verify(compiled, gpu, reference=reference).ok
+    assert measure(compiled, gpu, passes=3, budget_s=0.5).median_s > 0
+    without = {"alpha,beta,bias": "alpha", "bias,gelu": "gelu"}[epilogue]  # C, bias ignored
+    for wrong in (
+        Problem(520, 516, 512, "f32", "nt", 2, False, without),
+        Problem(520, 516, 512, "f32", "nt", 2, True, epilogue),
+    ):
+        bad = compile_shader(render(config, wrong), gpu)
+        assert not verify(bad, gpu, reference=reference).ok, wrong
+
+
+@pytest.mark.gpu
+def test_f16_manifest_sizes_are_whole_words(gpu):
+    from autotune.export import manifest
+    from autotune.kernel import Kernel
+
+    problem = Problem(37, 41, 29, "f16", "tn", 1, False, "bias")
+    config = load_space("blockedx").seed_configs(problem)[0]
+    data = manifest(Kernel(problem, config, "default", gpu=gpu), "odd")
+    sizes = {b["name"]: b.get("size_bytes") for b in data["bindings"]}
+    assert sizes == {"A": 29 * 37 * 2 + 2, "B": 29 * 41 * 2 + 2, "C": 37 * 41 * 2 + 2,
+                     "dims": 32, "bias": 41 * 2 + 2}  # fmt: skip
+    assert data["required_features"] == ["shader-f16"] and data["accumulation"] == "f32"
