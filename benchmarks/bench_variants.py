@@ -1,0 +1,173 @@
+"""Benchmark the variants: f16 (both accumulations) and transposed B (NT), same run as cuBLAS.
+
+    python benchmarks/bench_variants.py --rows f16 --out benchmarks/results/h200-f16
+    python benchmarks/bench_variants.py --rows nt --tune 30 --out DIR   # tune them first
+
+f16 rows: cuBLAS SGEMM (f32, TF32 off) is the reference of every ratio; torch's f16
+GEMM (tensor cores) is printed as an upper reference; then autotune's f32 kernel and its
+f16 kernels with f16 and with f32 accumulation, each with its error against float64
+(the accuracy a user trades). NT rows: autotune's NN and NT (B stored as N x K, the
+linear-layer layout) kernels against cuBLAS SGEMM, and NT / NN. Kernels run without
+runtime checks; every result is verified first. --tune SECONDS tunes each variant
+problem first (`autotune.tune`, checks off) into the cache lookup reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from bench import SUITE, cublas_seconds, geomean, provenance, wgsl_seconds  # noqa: E402
+
+import autotune  # noqa: E402
+from autotune.problem import Problem, parse_shape  # noqa: E402
+from autotune.verify import Reference  # noqa: E402
+
+# column -> the problem's variant fields (relative to the plain f32 problem)
+COLUMNS = {
+    "f16": {
+        "f32": {},
+        "f16, f16 accumulation": {"dtype": "f16", "accumulate": "f16"},
+        "f16, f32 accumulation": {"dtype": "f16", "accumulate": "f32"},
+    },
+    "nt": {"nn": {}, "nt": {"layout": "nt"}},
+}
+
+
+def torch_f16_seconds(problem: Problem, passes: int = 10, min_pass_s: float = 0.02) -> float:
+    """Median seconds per torch.matmul in f16 (tensor cores): the upper reference."""
+    import torch
+
+    A = (torch.rand(problem.M, problem.K, device="cuda") * 2 - 1).half()
+    B = (torch.rand(problem.K, problem.N, device="cuda") * 2 - 1).half()
+    C = torch.empty(problem.M, problem.N, device="cuda", dtype=torch.float16)
+    for _ in range(3):
+        torch.matmul(A, B, out=C)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.matmul(A, B, out=C)
+    end.record()
+    end.synchronize()
+    repeats = max(1, math.ceil(min_pass_s / (start.elapsed_time(end) / 1e3)))
+    samples = []
+    for _ in range(passes):
+        start.record()
+        for _ in range(repeats):
+            torch.matmul(A, B, out=C)
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / 1e3 / repeats)
+    return statistics.median(samples)
+
+
+def variant_problem(plain: Problem, fields: dict) -> Problem:
+    return Problem(plain.M, plain.N, plain.K, fields.get("dtype", "f32"), **{
+        k: v for k, v in fields.items() if k != "dtype"
+    })  # fmt: skip
+
+
+def run(rows: str, shapes, out: Path | None, tune_s: float | None) -> dict:
+    gpu = autotune.get_gpu()
+    report = {"provenance": provenance(gpu), "rows_of": rows, "rows": []}
+    columns = COLUMNS[rows]
+    for shape in shapes:
+        plain = parse_shape(shape)
+        row = {"shape": shape}
+        try:
+            row["cublas_s"] = cublas_seconds(plain)
+            if rows == "f16":
+                row["torch_f16_s"] = torch_f16_seconds(plain)
+        except ImportError:  # no torch: WGSL columns only
+            row["cublas_s"] = math.nan
+        for name, fields in columns.items():
+            problem = variant_problem(plain, fields)
+            if tune_s:
+                start = time.perf_counter()
+                autotune.tune(
+                    problem.M, problem.N, problem.K, problem.dtype, layout=problem.layout,
+                    accumulate=problem.accumulate, trials=None, timeout=tune_s, checks=False,
+                    gpu=gpu,
+                )  # fmt: skip
+                row.setdefault("tuning_s", {})[name] = time.perf_counter() - start
+            kernel = autotune.lookup(
+                problem.M, problem.N, problem.K, problem.dtype, layout=problem.layout,
+                accumulate=problem.accumulate, checks=False, gpu=gpu,
+            )  # fmt: skip
+            result = wgsl_seconds(kernel.config, problem, gpu, False, Reference(problem, seed=0))
+            result["source"] = kernel.source
+            result["tflops"] = problem.flops / result["seconds"] / 1e12
+            result["ratio"] = row["cublas_s"] / result["seconds"]
+            row[name] = result
+        report["rows"].append(row)
+        print(_line(row, columns), flush=True)
+        if out:
+            _save(report, out, columns)
+    report["geomean"] = {n: geomean([r[n]["ratio"] for r in report["rows"]]) for n in columns}
+    if out:
+        _save(report, out, columns)
+    print(_table(report, columns))
+    return report
+
+
+def _line(row, columns) -> str:
+    cells = [f"{n} {row[n]['tflops']:.1f} ({row[n]['ratio']:.2f}x)" for n in columns]
+    return f"{row['shape']:>18} | " + " | ".join(cells)
+
+
+def _table(report, columns) -> str:
+    p = report["provenance"]
+    f16 = report["rows_of"] == "f16"
+    head = ["shape", "cuBLAS SGEMM TFLOP/s"] + (["torch f16 (tensor cores)"] if f16 else [])
+    head += [f"autotune {n}" for n in columns] + ([] if f16 else ["NT / NN"])
+    lines = [
+        f"{p['device']}, driver {p.get('driver')}, wgpu {p['versions']}, {p['date']}, "
+        f"commit {p.get('commit')}; runtime checks off; ratios to cuBLAS SGEMM",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for r in report["rows"]:
+        flops = parse_shape(r["shape"]).flops / 1e12
+        cells = [r["shape"], f"{flops / r['cublas_s']:.1f}"]
+        if f16:
+            cells.append(f"{flops / r.get('torch_f16_s', math.nan):.1f}")
+        for n in columns:
+            cell = f"{r[n]['tflops']:.1f} ({r[n]['ratio']:.2f}x)"
+            cells.append(cell + (f", error {r[n]['error']:.1e}" if f16 else ""))
+        if not f16:
+            cells.append(f"{r['nn']['seconds'] / r['nt']['seconds']:.2f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    g = report.get("geomean")
+    if g:
+        cells = ["geometric mean", "1.00"] + ([""] if f16 else [])
+        cells += [f"{g[n]:.2f}x" for n in columns] + ([] if f16 else [""])
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _save(report, out: Path, columns) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(report, indent=1))
+    (out / "bench.md").write_text(_table(report, columns) + "\n")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", choices=sorted(COLUMNS), required=True)
+    parser.add_argument("--shape", action="append", help="MxNxK (default: the suite)")
+    parser.add_argument("--out", type=Path, help="folder for bench.json and bench.md")
+    parser.add_argument("--tune", type=float, metavar="SECONDS", help="tune each problem first")
+    args = parser.parse_args(argv)
+    run(args.rows, args.shape or SUITE, args.out, args.tune)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
