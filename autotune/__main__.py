@@ -331,7 +331,7 @@ def _tune(args, problems, console: Console) -> int:
                 problem.N,
                 problem.K,
                 problem.dtype,
-                **_variant(problem),
+                **problem.variant_arguments,
                 trials=trials,
                 timeout=args.timeout,
                 templates=args.template,
@@ -359,17 +359,6 @@ def _tune(args, problems, console: Console) -> int:
     for path in dict.fromkeys(r.cache_path for r in results):
         console.print(f"cache: {path}")
     return 0 if all(r.entry for r in results) else 1
-
-
-def _variant(problem) -> dict:
-    """The Problem's variant fields as API keyword arguments."""
-    return dict(
-        layout=problem.layout,
-        batch=problem.batch,
-        shared_b=problem.shared_b,
-        epilogue=problem.epilogue,
-        accumulate=problem.accumulate,
-    )
 
 
 def _summary(results) -> Table:
@@ -418,7 +407,7 @@ def _lookup(args, problems, console: Console) -> int:
             problem.N,
             problem.K,
             problem.dtype,
-            **_variant(problem),
+            **problem.variant_arguments,
             checks=args.checks == "on",
             cache_dir=args.cache,
         )
@@ -428,7 +417,7 @@ def _lookup(args, problems, console: Console) -> int:
     info = {
         "shape": problem.shape,
         "dtype": problem.dtype,
-        **_variant(problem),
+        **problem.variant_arguments,
         "source": kernel.source,
         "checks": kernel.checks,
         "template": kernel.config.template,
@@ -457,7 +446,7 @@ def _export(args, problems, console: Console) -> int:
     check_folder("out_dir", args.out, writable=True)  # before any tuning
     for problem in problems:
         shape = (problem.M, problem.N, problem.K, problem.dtype)
-        common = dict(_variant(problem), checks=checks, cache_dir=args.cache)
+        common = dict(problem.variant_arguments, checks=checks, cache_dir=args.cache)
         try:
             kernel = lookup(*shape, **common, portable=args.portable)
             if args.portable and kernel.source != "exact":

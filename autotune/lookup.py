@@ -203,11 +203,7 @@ def matmul(
         problem.N,
         problem.K,
         problem.dtype,
-        layout=problem.layout,
-        batch=problem.batch,
-        shared_b=problem.shared_b,
-        epilogue=problem.epilogue,
-        accumulate=accumulate,
+        **(problem.variant_arguments | {"accumulate": accumulate}),
         checks=checks,
     )
     return kernel(

@@ -191,6 +191,17 @@ class Problem:
         return (self.dtype, self.layout, self.batch, self.shared_b, self.epilogue, self.accumulate)
 
     @property
+    def variant_arguments(self) -> dict:
+        """The variant fields beside M, N, K and dtype, as lookup's and tune's keywords."""
+        return dict(
+            layout=self.layout,
+            batch=self.batch,
+            shared_b=self.shared_b,
+            epilogue=self.epilogue,
+            accumulate=self.accumulate,
+        )
+
+    @property
     def dtype_text(self) -> str:
         """ "f16", or "f16-acc32" / "f16-acc16" with the accumulation pinned."""
         return self.dtype + ("" if self.accumulate == "auto" else f"-acc{self.accumulate[1:]}")

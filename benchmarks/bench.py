@@ -63,12 +63,20 @@ def cublas_seconds(problem, passes: int = 10, min_pass_s: float = 0.02) -> float
     A = torch.rand(problem.M, problem.K, device="cuda") * 2 - 1
     B = torch.rand(problem.K, problem.N, device="cuda") * 2 - 1
     C = torch.empty(problem.M, problem.N, device="cuda")
+    return cuda_seconds(lambda: torch.matmul(A, B, out=C), passes, min_pass_s)
+
+
+def cuda_seconds(run, passes: int = 10, min_pass_s: float = 0.02) -> float:
+    """Median seconds per call of `run` (CUDA work), timed with CUDA events: warm-up,
+    then passes of enough calls to last `min_pass_s`."""
+    import torch
+
     for _ in range(3):
-        torch.matmul(A, B, out=C)
+        run()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    torch.matmul(A, B, out=C)
+    run()
     end.record()
     end.synchronize()
     repeats = max(1, math.ceil(min_pass_s / (start.elapsed_time(end) / 1e3)))
@@ -76,7 +84,7 @@ def cublas_seconds(problem, passes: int = 10, min_pass_s: float = 0.02) -> float
     for _ in range(passes):
         start.record()
         for _ in range(repeats):
-            torch.matmul(A, B, out=C)
+            run()
         end.record()
         end.synchronize()
         samples.append(start.elapsed_time(end) / 1e3 / repeats)

@@ -17,14 +17,20 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench import SUITE, cublas_seconds, geomean, provenance, wgsl_seconds  # noqa: E402
+from bench import (  # noqa: E402
+    SUITE,
+    cublas_seconds,
+    cuda_seconds,
+    geomean,
+    provenance,
+    wgsl_seconds,
+)
 
 import autotune  # noqa: E402
 from autotune.problem import Problem, parse_shape  # noqa: E402
@@ -41,31 +47,14 @@ COLUMNS = {
 }
 
 
-def torch_f16_seconds(problem: Problem, passes: int = 10, min_pass_s: float = 0.02) -> float:
+def torch_f16_seconds(problem: Problem) -> float:
     """Median seconds per torch.matmul in f16 (tensor cores): the upper reference."""
     import torch
 
     A = (torch.rand(problem.M, problem.K, device="cuda") * 2 - 1).half()
     B = (torch.rand(problem.K, problem.N, device="cuda") * 2 - 1).half()
     C = torch.empty(problem.M, problem.N, device="cuda", dtype=torch.float16)
-    for _ in range(3):
-        torch.matmul(A, B, out=C)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.matmul(A, B, out=C)
-    end.record()
-    end.synchronize()
-    repeats = max(1, math.ceil(min_pass_s / (start.elapsed_time(end) / 1e3)))
-    samples = []
-    for _ in range(passes):
-        start.record()
-        for _ in range(repeats):
-            torch.matmul(A, B, out=C)
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / 1e3 / repeats)
-    return statistics.median(samples)
+    return cuda_seconds(lambda: torch.matmul(A, B, out=C))
 
 
 def variant_problem(plain: Problem, fields: dict) -> Problem:
@@ -92,14 +81,13 @@ def run(rows: str, shapes, out: Path | None, tune_s: float | None) -> dict:
             if tune_s:
                 start = time.perf_counter()
                 autotune.tune(
-                    problem.M, problem.N, problem.K, problem.dtype, layout=problem.layout,
-                    accumulate=problem.accumulate, trials=None, timeout=tune_s, checks=False,
-                    gpu=gpu,
+                    problem.M, problem.N, problem.K, problem.dtype, **problem.variant_arguments,
+                    trials=None, timeout=tune_s, checks=False, gpu=gpu,
                 )  # fmt: skip
                 row.setdefault("tuning_s", {})[name] = time.perf_counter() - start
             kernel = autotune.lookup(
-                problem.M, problem.N, problem.K, problem.dtype, layout=problem.layout,
-                accumulate=problem.accumulate, checks=False, gpu=gpu,
+                problem.M, problem.N, problem.K, problem.dtype, **problem.variant_arguments,
+                checks=False, gpu=gpu,
             )  # fmt: skip
             result = wgsl_seconds(kernel.config, problem, gpu, False, Reference(problem, seed=0))
             result["source"] = kernel.source

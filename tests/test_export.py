@@ -244,10 +244,7 @@ def variant_results(gpu, tmp_path_factory):
                 problem.N,
                 problem.K,
                 problem.dtype,
-                layout=problem.layout,
-                batch=problem.batch,
-                shared_b=problem.shared_b,
-                epilogue=problem.epilogue,
+                **problem.variant_arguments,
                 portable=True,
                 gpu=gpu,
             )
