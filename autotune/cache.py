@@ -497,13 +497,13 @@ def merge(paths: Sequence[Path | str], out: Path | str) -> MergeReport:
         raise MergeError(f"{out} exists; name it among the inputs to merge into it")
     merged: dict[str, Entry] = {}
     conflicts, skipped = set(), 0
-    for path in paths:
+    for path, header in zip(paths, headers, strict=True):
         source = DeviceCache(path.parent, fingerprint, versions)
         source.path = path  # any file name: the header was checked above
         with warnings.catch_warnings(record=True):  # counted as skipped instead
             warnings.simplefilter("always")
             entries = source.entries()
-        skipped += len(_merge_header(path)["entries"]) - len(entries)
+        skipped += len(header["entries"]) - len(entries)
         for text_key, entry in entries.items():
             entry = entry if entry.origin else replace(entry, origin=path.name[:200])
             old = merged.get(text_key)

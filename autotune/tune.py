@@ -133,8 +133,7 @@ def tune(
     """Find the fastest correct kernel for this problem on this device and cache it.
 
     The variant (`layout`, `batch`, `shared_b`, `epilogue`, `accumulate`) is as in
-    autotune.lookup;
-    without `templates`, those that compute it are searched.
+    autotune.lookup; without `templates`, those that compute it are searched.
     `portable` searches only configs within WebGPU's default limits (for export to any
     browser); their entries sit in the same cache, and lookup(portable=True) finds them.
     Each candidate runs in a worker process; one that does not finish within
