@@ -338,11 +338,13 @@ class DeviceCache:
 
     def best(self, problem: Problem, checks: bool, accept=None) -> Entry | None:
         """The fastest entry over all templates for this exact problem and mode (among
-        those `accept(entry)` allows, when given)."""
+        those `accept(entry)` allows, when given). An f16 problem with its accumulation
+        left to the tuner is also answered by entries tuned with it pinned."""
+        problems = problem.answered_by
         matching = [
             e
             for e in self.entries().values()
-            if e.key.problem == problem and e.key.checks == checks and (not accept or accept(e))
+            if e.key.problem in problems and e.key.checks == checks and (not accept or accept(e))
         ]
         return min(matching, key=lambda e: e.median_s, default=None)
 

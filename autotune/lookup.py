@@ -62,11 +62,12 @@ def _verified(problem, config: Config, source, checks, gpu, reference, entry=Non
 
 def _nearest(problem, checks, stores, gpu, limits, reference) -> Kernel | None:
     fits = _fits(limits, problem)  # e.g. vec4 loads need N % 4 == 0
+    variants = {p.variant for p in problem.answered_by}
     candidates = []
     for store in stores:
         for entry in store.entries().values():
             key = entry.key
-            if key.checks == checks and key.problem.variant == problem.variant:
+            if key.checks == checks and key.problem.variant in variants:
                 if fits(entry):
                     candidates.append((_distance(key.problem, problem), entry.median_s, entry))
     for _, _, entry in sorted(candidates, key=lambda c: c[:2]):

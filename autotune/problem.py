@@ -19,7 +19,7 @@ dtype or variant is reported with the argument's name before anything touches th
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -200,6 +200,15 @@ class Problem:
             epilogue=self.epilogue,
             accumulate=self.accumulate,
         )
+
+    @property
+    def answered_by(self) -> tuple[Problem, ...]:
+        """The problems whose tuned kernels compute this one: itself, and for f16 with
+        the accumulation left to the tuner ("auto"), each pinned accumulation too (the
+        tuner's choice is whichever of them is faster)."""
+        if self.dtype == "f16" and self.accumulate == "auto":
+            return (self,) + tuple(replace(self, accumulate=a) for a in ("f16", "f32"))
+        return (self,)
 
     @property
     def dtype_text(self) -> str:

@@ -234,3 +234,19 @@ def test_f16_manifest_sizes_are_whole_words(gpu):
     assert sizes == {"A": 29 * 37 * 2 + 2, "B": 29 * 41 * 2 + 2, "C": 37 * 41 * 2 + 2,
                      "dims": 32, "bias": 41 * 2 + 2}  # fmt: skip
     assert data["required_features"] == ["shader-f16"] and data["accumulation"] == "f32"
+
+
+@pytest.mark.gpu
+def test_pinned_f16_entries_answer_auto_accumulation(gpu, tmp_path):
+    """Tuned with f16 accumulation pinned, the entry serves "auto" (the tuner's choice)
+    but not a problem that pins f32 accumulation."""
+    tuned = autotune.tune(
+        24, 32, 40, "f16", accumulate="f16", trials=2, cache_dir=tmp_path, gpu=gpu
+    )
+    assert tuned.entry is not None and tuned.entry.params["ACC"] == 1
+    auto = autotune.lookup(24, 32, 40, "f16", cache_dir=tmp_path, gpu=gpu)
+    assert auto.source == "exact" and auto.config["ACC"] == 1
+    f32 = autotune.lookup(24, 32, 40, "f16", accumulate="f32", cache_dir=tmp_path, gpu=gpu)
+    assert f32.source != "exact" and f32.config["ACC"] == 0
+    A, B = (np.random.default_rng(4).uniform(-1, 1, s).astype(np.float16) for s in ((24, 40), (40, 32)))
+    np.testing.assert_allclose(auto(A, B), A.astype(np.float64) @ B, rtol=2e-2, atol=2e-2)
