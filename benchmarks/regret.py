@@ -26,8 +26,8 @@ from pathlib import Path
 import autotune
 from autotune import cache
 from autotune.device import versions
-from autotune.lookup import _distance, _nearest
 from autotune.kernel import Kernel
+from autotune.lookup import _distance, _nearest
 from autotune.measure import measure
 from autotune.problem import parse_shape
 from autotune.verify import Reference

@@ -248,5 +248,7 @@ def test_pinned_f16_entries_answer_auto_accumulation(gpu, tmp_path):
     assert auto.source == "exact" and auto.config["ACC"] == 1
     f32 = autotune.lookup(24, 32, 40, "f16", accumulate="f32", cache_dir=tmp_path, gpu=gpu)
     assert f32.source != "exact" and f32.config["ACC"] == 0
-    A, B = (np.random.default_rng(4).uniform(-1, 1, s).astype(np.float16) for s in ((24, 40), (40, 32)))
+    A, B = (
+        np.random.default_rng(4).uniform(-1, 1, s).astype(np.float16) for s in ((24, 40), (40, 32))
+    )
     np.testing.assert_allclose(auto(A, B), A.astype(np.float64) @ B, rtol=2e-2, atol=2e-2)
