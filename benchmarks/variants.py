@@ -4,7 +4,8 @@
         --config "VEC=4 BM=128 TM=8 BN=128 TN=8 BK=16 PAD=0 UNROLL=1 DB=1 AT=0 BAKE=1 GROUP=1" \
         --vary AT=0,1 --vary GROUP=1,16 --out results/variants.json
 
-Each config is taken with every combination of the --vary values (combinations that are
+--dtype, --layout and --accumulate pick a variant problem (with --template blockedx);
+--checks on/off times one mode only. Each config is taken with every combination of the --vary values (combinations that are
 invalid for the shape or this device are listed as such), verified, and timed with and
 without runtime checks, next to cuBLAS SGEMM measured in the same run: this is how the
 "measured" column of NOTES.md is filled in.
@@ -40,12 +41,12 @@ def variants(base: dict[str, int], vary: list[tuple[str, list[int]]]):
         yield base | dict(zip(names, values, strict=True))
 
 
-def run(shapes, configs, vary, template: str, out: Path | None) -> dict:
+def run(shapes, configs, vary, template: str, out: Path | None, modes=(False, True), **variant):
     gpu = autotune.get_gpu()
     space = load_space(template)
     report = {"provenance": provenance(gpu), "rows": []}
     for shape in shapes:
-        problem = parse_shape(shape)
+        problem = parse_shape(shape, **variant)
         reference = Reference(problem, seed=0)
         try:
             cublas_s = cublas_seconds(problem)
@@ -60,7 +61,7 @@ def run(shapes, configs, vary, template: str, out: Path | None) -> dict:
                 if why:
                     row["invalid"] = why
                 else:
-                    for checks in (False, True):
+                    for checks in modes:
                         name = "checks" if checks else "nochecks"
                         try:
                             result = wgsl_seconds(config, problem, gpu, checks, reference)
@@ -83,6 +84,8 @@ def _line(row) -> str:
         return f"  {row['config']}: invalid ({row['invalid']})"
     cells = []
     for name in ("nochecks", "checks"):
+        if name not in row:
+            continue
         r = row[name]
         cells.append(
             f"{name} failed" if "failed" in r else f"{name} {r['tflops']:5.1f} ({r['ratio']:.2f}x)"
@@ -97,11 +100,20 @@ def main(argv=None) -> int:
     parser.add_argument("--vary", action="append", default=[], help="NAME=V1,V2,...")
     parser.add_argument("--template", default="blocked")
     parser.add_argument("--out", type=Path, help="JSON file for the results")
+    parser.add_argument("--checks", choices=("on", "off", "both"), default="both")
+    parser.add_argument("--dtype", default="f32")
+    parser.add_argument("--layout", default="nn")
+    parser.add_argument("--accumulate", default="auto")
     args = parser.parse_args(argv)
+    modes = {"on": (True,), "off": (False,), "both": (False, True)}[args.checks]
     vary = [
         (item.split("=")[0], [int(v) for v in item.split("=")[1].split(",")]) for item in args.vary
     ]
-    run(args.shape, [parse_params(c) for c in args.config], vary, args.template, args.out)
+    configs = [parse_params(c) for c in args.config]
+    run(
+        args.shape, configs, vary, args.template, args.out, modes,
+        dtype=args.dtype, layout=args.layout, accumulate=args.accumulate,
+    )  # fmt: skip
     return 0
 
 
