@@ -1,0 +1,92 @@
+"""Peak arithmetic rate of WGSL on this adapter: chains of vec4 fma, no memory traffic.
+
+    python benchmarks/peak.py
+
+For f32 and f16 (`enable f16;`), each invocation runs ITER steps of 8 independent vec4
+fma chains, so the rate is bound by the FMA units alone. If f16 comes out near twice
+f32, the driver packs f16 vectors into paired half-precision FMAs (HFMA2 on NVIDIA), and
+a GEMM in f16 can hope for up to twice the f32 rate; near 1x, it cannot.
+Runtime checks are off; the time is the wall clock over 20 dispatches after a warm-up.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import wgpu
+
+import autotune
+
+ITER = 4096
+CHAINS = 8
+WORKGROUP = 256
+
+
+def shader(dtype: str) -> str:
+    vt = f"vec4<{dtype}>"
+    chains = "\n".join(
+        f"  var a{c} = {vt}({dtype}(f32(gid.x + {c}u) * 1e-6));" for c in range(CHAINS)
+    )
+    steps = "\n".join(f"    a{c} = fma(a{c}, m, k);" for c in range(CHAINS))
+    total = " + ".join(f"a{c}" for c in range(CHAINS))
+    return f"""{"enable f16;" if dtype == "f16" else ""}
+@group(0) @binding(0) var<storage, read_write> out: array<{vt}>;
+@compute @workgroup_size({WORKGROUP})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {{
+{chains}
+  let m = {vt}({dtype}(0.999));
+  let k = {vt}({dtype}(0.001));
+  for (var i = 0u; i < {ITER}u; i++) {{
+{steps}
+  }}
+  out[gid.x] = {total};
+}}
+"""
+
+
+def rate(gpu, dtype: str, groups: int) -> float:
+    device = gpu.device
+    module = gpu.create_shader_module(shader(dtype), checks=False, label=f"peak {dtype}")
+    pipeline = device.create_compute_pipeline(
+        layout="auto", compute={"module": module, "entry_point": "main"}
+    )
+    out = device.create_buffer(size=groups * WORKGROUP * 16, usage=wgpu.BufferUsage.STORAGE)
+    bind = device.create_bind_group(
+        layout=pipeline.get_bind_group_layout(0),
+        entries=[{"binding": 0, "resource": {"buffer": out}}],
+    )
+
+    def run(times: int) -> float:
+        encoder = device.create_command_encoder()
+        for _ in range(times):
+            p = encoder.begin_compute_pass()
+            p.set_pipeline(pipeline)
+            p.set_bind_group(0, bind)
+            p.dispatch_workgroups(groups)
+            p.end()
+        start = time.perf_counter()
+        device.queue.submit([encoder.finish()])
+        gpu.wait_idle()
+        return time.perf_counter() - start
+
+    for _ in range(3):  # warm-up: clocks ramp up under load
+        run(20)
+    seconds = min(run(20) for _ in range(3)) / 20
+    flops = groups * WORKGROUP * ITER * CHAINS * 4 * 2
+    return flops / seconds / 1e12
+
+
+def main() -> int:
+    gpu = autotune.get_gpu()
+    groups = int(sys.argv[1]) if len(sys.argv) > 1 else 132 * 64
+    print(gpu.summary)
+    rates = {d: rate(gpu, d, groups) for d in ("f32", "f16")}
+    for d, r in rates.items():
+        print(f"{d}: {r:.1f} TFLOP/s of vec4 fma")
+    print(f"f16 / f32: {rates['f16'] / rates['f32']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
