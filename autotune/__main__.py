@@ -3,6 +3,7 @@
     python -m autotune tune --shape 256x256x256 --trials 30
     python -m autotune tune --shape 512x1024x1024 --dtype f16 --layout nt --batch 8 \
         --epilogue bias,gelu --trials 30
+    python -m autotune tune --model layer.toml --timeout 30
     python -m autotune lookup --shape 256x256x256 --json
     python -m autotune export --shape 256x256x256 --out kernels/ [--portable]
     python -m autotune devices
@@ -146,6 +147,20 @@ def build_parser() -> argparse.ArgumentParser:
         "name), e.g. every GEMM of a model; with --shape, both; duplicates tuned once",
     )
     tune.add_argument(
+        "--model",
+        metavar="FILE",
+        help="a model's problems (same format as --shapes-from): only representatives are "
+        "tuned, each standing for the problems of its variant within --radius; lookup "
+        "serves the others with the nearest tuned shape's kernel",
+    )
+    tune.add_argument(
+        "--radius",
+        type=float,
+        default=None,
+        help="with --model: how far (summed |log| ratios of M, N and K) a problem may lie "
+        "from its representative (default 1.0; 0 tunes every problem)",
+    )
+    tune.add_argument(
         "--trials",
         type=_positive_int,
         default=None,
@@ -231,14 +246,16 @@ def _problems(args) -> list:
         problems = [parse_shape(s, dtype, **variant) for s in shapes]
     except ProblemError as error:
         raise UsageError(f"argument {_option(error.field)}: {error}") from None
-    if getattr(args, "shapes_from", None):
-        try:  # the variant options are the defaults of the file's problems
-            problems += problems_from_file(args.shapes_from, dtype, **variant)
-        except ProblemError as error:
-            raise UsageError(f"argument --shapes-from: {error}") from None
-    elif args.command == "tune" and not problems:
+    for option in ("shapes_from", "model"):
+        if getattr(args, option, None):
+            try:  # the variant options are the defaults of the file's problems
+                problems += problems_from_file(getattr(args, option), dtype, **variant)
+            except ProblemError as error:
+                raise UsageError(f"argument {_option(option)}: {error}") from None
+    if args.command == "tune" and not problems:
         raise UsageError(
-            "argument --shape: required: give --shape MxNxK (repeatable) or --shapes-from FILE"
+            "argument --shape: required: give --shape MxNxK (repeatable), --shapes-from FILE "
+            "or --model FILE"
         )
     return list(dict.fromkeys(problems))  # each problem once, in the order given
 
@@ -274,6 +291,22 @@ def _tune(args, problems, console: Console) -> int:
     from .tune import TuneError, check_budget, check_storage, check_templates, tune
 
     trials = args.trials if args.trials or args.timeout else 30
+    if args.radius is not None and not args.model:
+        raise UsageError("argument --radius: only with --model FILE")
+    if args.model and (args.shape or args.shapes_from):
+        raise UsageError("argument --model: not with --shape or --shapes-from")
+    assignments = None
+    if args.model:
+        from .model import DEFAULT_RADIUS, choose_representatives
+
+        radius = DEFAULT_RADIUS if args.radius is None else args.radius
+        assignments = choose_representatives(problems, radius)  # main() names --radius
+        problems = list(dict.fromkeys(a.representative for a in assignments))
+        console.print(
+            f"autotune: {len(problems)} of {len(assignments)} problems to tune (radius {radius:g})",
+            soft_wrap=True,
+        )
+        console.print(_plan(assignments, radius))
     try:  # every argument is checked before the first shape starts
         check_templates(args.template)
         check_budget(trials, args.timeout)
@@ -359,6 +392,17 @@ def _tune(args, problems, console: Console) -> int:
     for path in dict.fromkeys(r.cache_path for r in results):
         console.print(f"cache: {path}")
     return 0 if all(r.entry for r in results) else 1
+
+
+def _plan(assignments, radius: float) -> Table:
+    table = Table(caption="lookup serves the others with the nearest tuned shape's kernel")
+    for column in ("problem", "tuned as", "distance"):
+        table.add_column(column, overflow="fold")
+    for a in assignments:
+        same = a.representative == a.problem
+        row = (str(a.problem), "itself" if same else a.representative.shape, f"{a.distance:.2f}")
+        table.add_row(*row)
+    return table
 
 
 def _summary(results) -> Table:

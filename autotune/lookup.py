@@ -8,7 +8,6 @@ verified at this shape first). Exact entries were verified at their shape when t
 from __future__ import annotations
 
 import functools
-import math
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +17,7 @@ from .arguments import ArgumentError, check_flag, check_folder
 from .compile import CompileError, compile_shader
 from .device import Gpu, get_gpu, portable_limits, versions
 from .kernel import Kernel, check_fits, check_operands
-from .problem import Problem, ProblemError
+from .problem import Problem, ProblemError, shape_distance
 from .render import render, template_hash
 from .space import Config, check_runnable, load_space
 from .verify import Reference, verify
@@ -33,11 +32,6 @@ def _stores(gpu: Gpu, cache_dir) -> list[cache.DeviceCache]:
     if shipped.resolve() != folders[0].resolve():
         folders.append(shipped)
     return [cache.DeviceCache(f, gpu.fingerprint.as_dict(), versions()) for f in folders]
-
-
-def _distance(a: Problem, b: Problem) -> float:
-    """How far apart two shapes are: summed |log| ratios of M, N and K."""
-    return sum(abs(math.log(x / y)) for x, y in ((a.M, b.M), (a.N, b.N), (a.K, b.K)))
 
 
 def _fits(limits: dict, problem: Problem):
@@ -69,7 +63,7 @@ def _nearest(problem, checks, stores, gpu, limits, reference) -> Kernel | None:
             key = entry.key
             if key.checks == checks and key.problem.variant in variants:
                 if fits(entry):
-                    candidates.append((_distance(key.problem, problem), entry.median_s, entry))
+                    candidates.append((shape_distance(key.problem, problem), entry.median_s, entry))
     for _, _, entry in sorted(candidates, key=lambda c: c[:2]):
         # tuned for another shape: verified at this one before it is handed out
         kernel = _verified(problem, entry.config, "nearest", checks, gpu, reference, entry)

@@ -18,6 +18,7 @@ dtype or variant is reported with the argument's name before anything touches th
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 
@@ -238,6 +239,12 @@ class Problem:
         if self.epilogue != "none":
             text += f" epilogue {self.epilogue}"
         return text
+
+
+def shape_distance(a: Problem, b: Problem) -> float:
+    """How far apart two shapes are: the summed |log| ratios of M, N and K (0: the same;
+    ln 2 = 0.69: twice as large in one dimension)."""
+    return sum(abs(math.log(x / y)) for x, y in ((a.M, b.M), (a.N, b.N), (a.K, b.K)))
 
 
 _SHAPE = re.compile(r"^\s*(-?\d+)\s*[xX×]\s*(-?\d+)\s*[xX×]\s*(-?\d+)\s*$")

@@ -27,9 +27,9 @@ import autotune
 from autotune import cache
 from autotune.device import versions
 from autotune.kernel import Kernel
-from autotune.lookup import _distance, _nearest
+from autotune.lookup import _nearest
 from autotune.measure import measure
-from autotune.problem import parse_shape
+from autotune.problem import parse_shape, shape_distance
 from autotune.verify import Reference
 
 
@@ -47,7 +47,7 @@ def time_pair(problem, near, mine, gpu) -> dict:
         "shape": problem.shape,
         "nearest_source": near.source,
         "nearest_tuned_for": near_shape.shape if near_shape else None,
-        "distance": _distance(near_shape, problem) if near_shape else None,
+        "distance": shape_distance(near_shape, problem) if near_shape else None,
         "nearest_config": str(near.config),
         "tuned_config": str(mine.config),
         "nearest_s": seconds["nearest"],

@@ -5,10 +5,10 @@
         --vary AT=0,1 --vary GROUP=1,16 --out results/variants.json
 
 --dtype, --layout and --accumulate pick a variant problem (with --template blockedx);
---checks on/off times one mode only. Each config is taken with every combination of the --vary values (combinations that are
-invalid for the shape or this device are listed as such), verified, and timed with and
-without runtime checks, next to cuBLAS SGEMM measured in the same run: this is how the
-"measured" column of NOTES.md is filled in.
+--checks on/off times one mode only. Each config is taken with every combination of the
+--vary values (combinations that are invalid for the shape or this device are listed as
+such), verified, and timed with and without runtime checks, next to cuBLAS SGEMM
+measured in the same run: this is how the "measured" column of NOTES.md is filled in.
 """
 
 from __future__ import annotations

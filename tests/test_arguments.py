@@ -184,7 +184,7 @@ CLI = [
     (["tune", "--shape", "4x4x4", "--cache", "FILE"], "argument --cache: cache_dir '"),
     (["tune", "--shape", "4x4x4", "--seed", "x"], "argument --seed: invalid int value: 'x'"),
     (["tune", "--shape", "4x4x4", "--frobnicate"], "unrecognized arguments: --frobnicate"),
-    (["tune"], "argument --shape: required: give --shape MxNxK (repeatable) or --shapes-from"),
+    (["tune"], "argument --shape: required: give --shape MxNxK (repeatable), --shapes-from F"),
     (["tune", "--shapes-from", "nope.json"], "argument --shapes-from: nope.json: [Errno 2]"),
     (["tune", "--shapes-from", "FILE"], "argument --shapes-from: FILE: Expecting value"),
     (["tune", "--shapes-from", "empty.json"], "expected a non-empty list of problems"),
@@ -194,6 +194,14 @@ CLI = [
     (["tune", "--shapes-from", "text.json"], "problem 1: N must be an integer >= 1, got '4'"),
     (["tune", "--shapes-from", "f64.json"], "problem 1: dtype 'f64' is not supported"),
     (["tune", "--shapes-from", "xx.json"], "problem 1: layout 'xx' is not supported"),
+    (["tune", "--model", "nope.json"], "argument --model: nope.json: [Errno 2]"),
+    (["tune", "--model", "xx.json"], "argument --model: xx.json: problem 1: layout 'xx'"),
+    (["tune", "--model", "f64.json", "--radius", "-1"], "argument --model: f64.json: problem 1"),
+    (["tune", "--model", "ok.json", "--radius", "-1"], "argument --radius: radius must be a"),
+    (["tune", "--model", "ok.json", "--radius", "nan"], "argument --radius: radius must be a"),
+    (["tune", "--model", "ok.json", "--radius", "x"], "argument --radius: invalid float value"),
+    (["tune", "--shape", "4x4x4", "--radius", "1"], "argument --radius: only with --model"),
+    (["tune", "--model", "ok.json", "--shape", "4x4x4"], "argument --model: not with --shape"),
     (["cache"], "the following arguments are required: action"),
     (["cache", "merge", "--out", "m.json"], "the following arguments are required: FILE"),
     (["cache", "merge", "FILE", "--out", "m.json"], "argument FILE: FILE: Expecting value"),
@@ -232,6 +240,7 @@ def test_cli_arguments(capsys, tmp_path, monkeypatch, argv, words):
     (tmp_path / "text.json").write_text('[{"M": 4, "N": "4", "K": 4}]')
     (tmp_path / "f64.json").write_text('[{"shape": "4x4x4", "dtype": "f64"}]')
     (tmp_path / "xx.json").write_text('[{"shape": "4x4x4", "layout": "xx"}]')
+    (tmp_path / "ok.json").write_text('[{"shape": "4x4x4"}]')
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err

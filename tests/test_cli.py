@@ -101,6 +101,38 @@ def test_tune_shapes_from_a_model_file_tunes_each_problem_once(gpu, tmp_path, ca
 
 
 @pytest.mark.gpu
+def test_tune_model_tunes_representatives_and_lookup_serves_the_rest(gpu, tmp_path, capsys):
+    model = tmp_path / "layer.json"
+    model.write_text(
+        json.dumps(
+            [
+                {"name": "q", "shape": "32x24x16"},
+                {"name": "k", "shape": "32x24x20"},  # 0.22 from q: q's kernel serves it
+                {"name": "up", "shape": "32x96x16"},  # 1.39 from q: its own
+                {"name": "q in f16", "shape": "32x24x16", "dtype": "f16"},  # another variant
+            ]
+        )
+    )
+    cache = tmp_path / "cache"
+    argv = ["tune", "--model", str(model), "--trials", "2", "--cache", str(cache)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "3 of 4 problems to tune (radius 1)" in out and "3/3 shapes" in out
+    (path,) = cache.glob("*.json")
+    tuned = {
+        key.split(":")[3] + " " + key.split(":")[6]
+        for key in json.loads(path.read_text())["entries"]
+    }
+    assert tuned == {"f32 32x24x20", "f32 32x96x16", "f16 32x24x16"}  # the largest of a pair
+    assert main(["lookup", "--shape", "32x24x16", "--cache", str(cache), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["source"] == "nearest" and info["tuned_for"] == "32x24x20"
+    assert main([*argv, "--radius", "0"]) == 0  # every problem its own
+    assert "4 of 4 problems to tune" in capsys.readouterr().out
+    assert len(json.loads(path.read_text())["entries"]) == 4
+
+
+@pytest.mark.gpu
 def test_variant_tune_lookup_export(gpu, tmp_path, capsys):
     """f16, B transposed, a batch of 2, bias and GELU fused: tuned, cached under its own
     key, looked up exactly, nearest for another M, exported with its manifest fields."""
