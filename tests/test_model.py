@@ -1,11 +1,12 @@
 """Choosing a model's representatives (no GPU: pure selection)."""
 
 import math
+from pathlib import Path
 
 import pytest
 
 from autotune.model import DEFAULT_RADIUS, choose_representatives
-from autotune.problem import Problem, ProblemError, shape_distance
+from autotune.problem import Problem, ProblemError, problems_from_file, shape_distance
 
 
 def test_the_largest_problem_of_a_group_is_tuned_for_the_others():
@@ -45,3 +46,11 @@ def test_a_bad_radius_is_refused_by_name(radius):
     with pytest.raises(ProblemError, match="radius must be a number") as caught:
         choose_representatives([Problem(8, 8, 8)], radius)
     assert caught.value.field == "radius"
+
+
+def test_the_example_model_file_tunes_half_its_gemms():
+    path = Path(__file__).parent.parent / "benchmarks" / "models" / "llama-7b-layer.toml"
+    assignments = choose_representatives(problems_from_file(path))
+    assert len(assignments) == 8 and all(p.layout == "nt" for p in (a.problem for a in assignments))
+    tuned = {a.representative.shape for a in assignments}
+    assert tuned == {"2048x12288x4096", "2048x4096x11008", "16x12288x4096", "16x4096x11008"}
