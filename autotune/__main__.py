@@ -302,11 +302,6 @@ def _tune(args, problems, console: Console) -> int:
         radius = DEFAULT_RADIUS if args.radius is None else args.radius
         assignments = choose_representatives(problems, radius)  # main() names --radius
         problems = list(dict.fromkeys(a.representative for a in assignments))
-        console.print(
-            f"autotune: {len(problems)} of {len(assignments)} problems to tune (radius {radius:g})",
-            soft_wrap=True,
-        )
-        console.print(_plan(assignments, radius))
     try:  # every argument is checked before the first shape starts
         check_templates(args.template)
         check_budget(trials, args.timeout)
@@ -319,6 +314,12 @@ def _tune(args, problems, console: Console) -> int:
 
         for problem in problems:
             check_runnable(problem, None, args.template)  # main() names the option
+    if assignments:  # the plan, once every argument is known to be good
+        console.print(
+            f"autotune: {len(problems)} of {len(assignments)} problems to tune (radius {radius:g})",
+            soft_wrap=True,
+        )
+        console.print(_plan(assignments, radius))
     results = []
     # One display for all shapes: a bar per shape, and one for the whole list.
     with Progress(
