@@ -361,11 +361,7 @@ def _tune(args, problems, console: Console) -> int:
 
             # bad arguments and problems beyond the device: main() names the option
             result = tune(
-                problem.M,
-                problem.N,
-                problem.K,
-                problem.dtype,
-                **problem.variant_arguments,
+                **problem.arguments,
                 trials=trials,
                 timeout=args.timeout,
                 templates=args.template,
@@ -447,15 +443,7 @@ def _lookup(args, problems, console: Console) -> int:
 
     problem = problems[0]
     try:
-        kernel = lookup(
-            problem.M,
-            problem.N,
-            problem.K,
-            problem.dtype,
-            **problem.variant_arguments,
-            checks=args.checks == "on",
-            cache_dir=args.cache,
-        )
+        kernel = lookup(**problem.arguments, checks=args.checks == "on", cache_dir=args.cache)
     except ProblemError as error:
         raise UsageError(f"argument {_option(error.field)}: {error}") from None
     entry = kernel.entry
@@ -490,14 +478,13 @@ def _export(args, problems, console: Console) -> int:
     checks = args.checks == "on"
     check_folder("out_dir", args.out, writable=True)  # before any tuning
     for problem in problems:
-        shape = (problem.M, problem.N, problem.K, problem.dtype)
-        common = dict(problem.variant_arguments, checks=checks, cache_dir=args.cache)
+        common = dict(problem.arguments, checks=checks, cache_dir=args.cache)
         try:
-            kernel = lookup(*shape, **common, portable=args.portable)
+            kernel = lookup(**common, portable=args.portable)
             if args.portable and kernel.source != "exact":
                 console.print(f"{problem.shape}: no portable kernel cached; tuning one")
-                tune(*shape, **common, trials=args.trials, portable=True)
-                kernel = lookup(*shape, **common, portable=True)
+                tune(**common, trials=args.trials, portable=True)
+                kernel = lookup(**common, portable=True)
         except ProblemError as error:
             raise UsageError(f"argument {_option(error.field)}: {error}") from None
         paths = export(kernel, args.out)

@@ -193,14 +193,7 @@ def matmul(
         activation=activation,
     )
     checks = check_flag("checks", checks)
-    kernel = lookup(
-        problem.M,
-        problem.N,
-        problem.K,
-        problem.dtype,
-        **(problem.variant_arguments | {"accumulate": accumulate}),
-        checks=checks,
-    )
+    kernel = lookup(**(problem.arguments | {"accumulate": accumulate}), checks=checks)
     return kernel(
         arrays["A"],
         arrays["B"],

@@ -212,6 +212,11 @@ class Problem:
         return (self,)
 
     @property
+    def arguments(self) -> dict:
+        """The whole problem as lookup's and tune's keywords: M, N, K, dtype, variant."""
+        return dict(M=self.M, N=self.N, K=self.K, dtype=self.dtype) | self.variant_arguments
+
+    @property
     def dtype_text(self) -> str:
         """ "f16", or "f16-acc32" / "f16-acc16" with the accumulation pinned."""
         return self.dtype + ("" if self.accumulate == "auto" else f"-acc{self.accumulate[1:]}")

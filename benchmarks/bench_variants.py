@@ -20,6 +20,7 @@ import json
 import math
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -58,12 +59,6 @@ def torch_f16_seconds(problem: Problem) -> float:
     return cuda_seconds(lambda: torch.matmul(A, B, out=C))
 
 
-def variant_problem(plain: Problem, fields: dict) -> Problem:
-    return Problem(plain.M, plain.N, plain.K, fields.get("dtype", "f32"), **{
-        k: v for k, v in fields.items() if k != "dtype"
-    })  # fmt: skip
-
-
 def run(rows: str, shapes, out: Path | None, tune_s: float | None) -> dict:
     gpu = autotune.get_gpu()
     report = {"provenance": provenance(gpu), "rows_of": rows, "rows": []}
@@ -78,18 +73,14 @@ def run(rows: str, shapes, out: Path | None, tune_s: float | None) -> dict:
         except ImportError:  # no torch: WGSL columns only
             row["cublas_s"] = math.nan
         for name, fields in columns.items():
-            problem = variant_problem(plain, fields)
+            problem = replace(plain, **fields)
             if tune_s and not problem.plain:  # the plain problem's are bench.py's (shipped)
                 start = time.perf_counter()
                 autotune.tune(
-                    problem.M, problem.N, problem.K, problem.dtype, **problem.variant_arguments,
-                    trials=None, timeout=tune_s, checks=False, gpu=gpu,
-                )  # fmt: skip
+                    **problem.arguments, trials=None, timeout=tune_s, checks=False, gpu=gpu
+                )
                 row.setdefault("tuning_s", {})[name] = time.perf_counter() - start
-            kernel = autotune.lookup(
-                problem.M, problem.N, problem.K, problem.dtype, **problem.variant_arguments,
-                checks=False, gpu=gpu,
-            )  # fmt: skip
+            kernel = autotune.lookup(**problem.arguments, checks=False, gpu=gpu)
             result = wgsl_seconds(kernel.config, problem, gpu, False, Reference(problem, seed=0))
             result["source"] = kernel.source
             result["tflops"] = problem.flops / result["seconds"] / 1e12

@@ -239,15 +239,7 @@ def variant_results(gpu, tmp_path_factory):
         kernel = (
             Kernel(problem, config, "default", gpu=gpu)
             if config
-            else autotune.lookup(
-                problem.M,
-                problem.N,
-                problem.K,
-                problem.dtype,
-                **problem.variant_arguments,
-                portable=True,
-                gpu=gpu,
-            )
+            else autotune.lookup(**problem.arguments, portable=True, gpu=gpu)
         )
         autotune.export(kernel, folder, name=name)
     for file in ("runner.html", "runner.js"):
