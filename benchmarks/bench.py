@@ -3,6 +3,7 @@
     python benchmarks/bench.py --out benchmarks/results/h200     # the whole suite
     python benchmarks/bench.py --shape 4096x4096x4096            # one shape
     AUTOTUNE_CACHE=/tmp/fresh python benchmarks/bench.py --tune 30 --out DIR  # from scratch
+    python benchmarks/bench.py --join DIR1 DIR2 --out DIR        # one table from two runs
 
 For each shape: cuBLAS SGEMM through PyTorch with TF32 off (CUDA events), the tutorial
 16x16 `tiled` kernel, and autotune's best cached kernel with wgpu's runtime checks on and
@@ -210,6 +211,21 @@ def run(shapes, out: Path | None, tune_s: float | None = None) -> dict:
         print(_line(row), flush=True)
         if out:
             _save(report, out)
+    return _finish(report, out)
+
+
+def join(parts: list[Path], out: Path | None) -> dict:
+    """One report from several runs of this script (each on a share of the suite, when one
+    device call cannot hold the whole of it); every row keeps the cuBLAS time of its run."""
+    reports = [json.loads((part / "bench.json").read_text()) for part in parts]
+    rows = [row for report in reports for row in report["rows"]]
+    order = {shape: i for i, shape in enumerate(SUITE)}
+    rows.sort(key=lambda row: order.get(row["shape"], len(order)))
+    provenance = reports[0]["provenance"] | {"runs": [r["provenance"] for r in reports]}
+    return _finish({"provenance": provenance, "rows": rows}, out)
+
+
+def _finish(report, out: Path | None) -> dict:
     report["geomean"] = {
         name: geomean([r[name]["ratio"] for r in report["rows"]])
         for name in ("tiled", "checks", "nochecks")
@@ -303,8 +319,14 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--tune", type=float, metavar="SECONDS", help="tune each shape first (search seconds)"
     )
+    parser.add_argument(
+        "--join", type=Path, nargs="+", metavar="DIR", help="combine earlier runs' bench.json"
+    )
     args = parser.parse_args(argv)
-    run(args.shape or SUITE, args.out, args.tune)
+    if args.join:
+        join(args.join, args.out)
+    else:
+        run(args.shape or SUITE, args.out, args.tune)
     return 0
 
 

@@ -1,7 +1,9 @@
-# One device call (2026-11-30, third session, last): the peak vec4 fma rate in f32 and
-# f16, then f16 at 4096^3 tuned for 20 s per accumulation, and its benchmark row.
+# One device call (2026-11-30, fourth session, third): `blocked` with DB=2 and WARP
+# re-tuned (20 s of search per shape and mode) and benchmarked on the first half of the
+# suite; the second half and the joined table are the next call.
 export AUTOTUNE_ADAPTER=nvidia AUTOTUNE_COMMIT=$1 AUTOTUNE_CACHE=$OUT/c
 mkdir -p $OUT/c
-timeout 30 python3 benchmarks/peak.py > $OUT/peak.txt 2>&1
-timeout 110 python3 benchmarks/bench_variants.py --rows f16 --tune 20 --out $OUT/f16 --shape 4096x4096x4096 > $OUT/run.log 2>&1
-cat $OUT/peak.txt $OUT/f16/bench.md
+timeout 570 python3 benchmarks/bench.py --tune 20 --out $OUT/part1 \
+  --shape 4096x4096x4096 --shape 8192x8192x8192 --shape 2048x12288x4096 \
+  --shape 2048x11008x4096 --shape 2048x4096x11008 > $OUT/part1.log 2>&1
+grep tuned $OUT/part1.log; cat $OUT/part1/bench.md
