@@ -1,7 +1,7 @@
 """Measure one template idea at a time: given configs, flip parameters and time each variant.
 
     python benchmarks/variants.py --shape 4096x4096x4096 \
-        --config "VEC=4 BM=128 TM=8 BN=128 TN=8 BK=16 PAD=0 UNROLL=1 DB=1 AT=0 BAKE=1 GROUP=1" \
+        --config "VEC=4 BM=128 TM=8 BN=128 TN=8 BK=16 PAD=0 UNROLL=1 DB=1 AT=0 GROUP=1 WARP=0" \
         --vary AT=0,1 --vary GROUP=1,16 --out results/variants.json
 
 --dtype, --layout and --accumulate pick a variant problem (with --template blockedx);

@@ -1,7 +1,7 @@
 """Does the measurement see the GPU at full clocks? Time one config after the GPU sat idle.
 
     python benchmarks/warmup.py --shape 4096x4096x4096 \
-        --config "VEC=4 BM=128 TM=8 BN=128 TN=8 BK=16 PAD=0 UNROLL=1 DB=1 AT=1 GROUP=1"
+        --config "VEC=4 BM=128 TM=8 BN=128 TN=8 BK=16 PAD=0 UNROLL=1 DB=1 AT=1 GROUP=1 WARP=0"
 
 Each setting is timed after `--idle` seconds without GPU work, as a candidate is after
 its compile and verification: the tuner's settings with the old fixed 50 ms warm-up, the

@@ -29,7 +29,9 @@ RUNNER = Path(__file__).parent / "browser"
 
 
 def blocked(**params):
-    base = dict(VEC=4, BM=64, TM=4, BN=64, TN=4, BK=16, PAD=0, UNROLL=1, DB=0, AT=0, GROUP=1)
+    base = dict(
+        VEC=4, BM=64, TM=4, BN=64, TN=4, BK=16, PAD=0, UNROLL=1, DB=0, AT=0, GROUP=1, WARP=0
+    )
     return Config.make("blocked", base | params)
 
 
@@ -122,6 +124,7 @@ BROWSER_CASES = [
     (Problem(1, 33, 17), None),  # a vector times a matrix
     (Problem(130, 68, 36), blocked(DB=1)),  # ragged tiles, double buffered
     (Problem(300, 72, 36), blocked(AT=1, GROUP=4, DB=1)),  # A transposed, banded order
+    (Problem(130, 68, 36), blocked(AT=1, DB=2, WARP=1)),  # two workgroup buffers, 3 slices
     (Problem(128, 64, 64), blocked(DB=1, UNROLL=0)),  # whole tiles: no edge tests
     (Problem(67, 45, 37), blocked(VEC=1, BM=32, TM=2, BN=32, TN=2, BK=8, PAD=1)),
     (Problem(67, 45, 37), Config.make("tiled", dict(TX=16, TY=16, TK=16, PAD=1))),

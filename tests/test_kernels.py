@@ -70,6 +70,24 @@ def test_transposed_a_and_banded_order_are_correct(gpu, problem, checks):
         assert verdict.ok, f"{config}: {verdict.reason}"
 
 
+@pytest.mark.parametrize("problem", [Problem(130, 68, 36), Problem(67, 44, 64)], ids=str)
+@pytest.mark.parametrize("checks", [True, False], ids=["checks", "nochecks"])
+def test_two_workgroup_buffers_and_warp_layout_are_correct(gpu, problem, checks):
+    """DB=2 takes two K slices per loop iteration, so an odd count of slices ends mid-way
+    (K=36: 3 slices of 16, 5 of 8; K=64: even counts) and WARP=1 renumbers the
+    invocations; both on ragged tiles."""
+    configs = [
+        c
+        for c in load_space("blocked").configs(problem, gpu.limits)
+        if c["DB"] == 2 or c["WARP"] == 1
+    ]
+    assert any(c["DB"] == 2 and c["WARP"] for c in configs)
+    for config in random.Random(5).sample(configs, 6):
+        compiled = compile_shader(render(config, problem), gpu, checks=checks)
+        verdict = verify(compiled, gpu)
+        assert verdict.ok, f"{config}: {verdict.reason}"
+
+
 def test_configs_declared_invalid_by_limits_are_refused(gpu):
     """Configs outside the device's limits never run: wgpu refuses too many invocations
     itself; workgroup storage over the limit it accepts (wgpu-native 29 does not check

@@ -22,7 +22,7 @@ def test_render_sampled_configs_leaves_no_jinja(template):
 def test_blocked_register_tile_is_unrolled_into_variables():
     config = Config.make(
         "blocked",
-        dict(VEC=4, BM=64, TM=4, BN=64, TN=8, BK=16, PAD=0, UNROLL=1, DB=0, AT=0, GROUP=1),
+        dict(VEC=4, BM=64, TM=4, BN=64, TN=8, BK=16, PAD=0, UNROLL=1, DB=0, AT=0, GROUP=1, WARP=0),
     )
     wgsl = render(config, Problem(256, 256, 256)).wgsl
     assert "var acc3_1 = vec4<f32>(0.0);" in wgsl  # 4 rows x 2 vec4 = 8 accumulators
@@ -36,7 +36,7 @@ def test_blocked_register_tile_is_unrolled_into_variables():
 def test_invalid_config_is_refused_before_rendering():
     config = Config.make(
         "blocked",
-        dict(VEC=4, BM=64, TM=4, BN=64, TN=8, BK=16, PAD=0, UNROLL=1, DB=0, AT=0, GROUP=1),
+        dict(VEC=4, BM=64, TM=4, BN=64, TN=8, BK=16, PAD=0, UNROLL=1, DB=0, AT=0, GROUP=1, WARP=0),
     )
     with pytest.raises(ValueError, match="vec_divides_n"):
         render(config, Problem(64, 63, 64))
@@ -65,7 +65,7 @@ def test_template_hash_changes_with_the_template(tmp_path, monkeypatch):
 def test_edge_tests_only_where_tiles_are_ragged():
     config = Config.make(
         "blocked",
-        dict(VEC=4, BM=64, TM=4, BN=64, TN=8, BK=16, PAD=0, UNROLL=1, DB=1, AT=0, GROUP=1),
+        dict(VEC=4, BM=64, TM=4, BN=64, TN=8, BK=16, PAD=0, UNROLL=1, DB=1, AT=0, GROUP=1, WARP=0),
     )
     whole = render(config, Problem(128, 128, 64)).wgsl
     ragged = render(config, Problem(130, 132, 68)).wgsl

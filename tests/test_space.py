@@ -53,7 +53,9 @@ def test_limits_shrink_the_space_and_are_named():
     assert len(space.configs(problem, small)) < len(space.configs(problem, WEBGPU_DEFAULT_LIMITS))
     big = Config.make(
         "blocked",
-        dict(VEC=4, BM=128, TM=8, BN=128, TN=8, BK=32, PAD=0, UNROLL=1, DB=0, AT=0, GROUP=1),
+        dict(
+            VEC=4, BM=128, TM=8, BN=128, TN=8, BK=32, PAD=0, UNROLL=1, DB=0, AT=0, GROUP=1, WARP=0
+        ),
     )
     assert "max-compute-workgroup-storage-size" in space.why_invalid(big, problem, small)
 
