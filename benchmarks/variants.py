@@ -4,7 +4,7 @@
         --config "VEC=4 BM=128 TM=8 BN=128 TN=8 BK=16 PAD=0 UNROLL=1 DB=1 AT=0 GROUP=1 WARP=0" \
         --vary AT=0,1 --vary GROUP=1,16 --out results/variants.json
 
---dtype, --layout and --accumulate pick a variant problem (with --template blockedx);
+--dtype, --layout, --accumulate and --epilogue pick a variant problem (with --template blockedx);
 --checks on/off times one mode only. Each config is taken with every combination of the
 --vary values (combinations that are invalid for the shape or this device are listed as
 such), verified, and timed with and without runtime checks, next to cuBLAS SGEMM
@@ -104,6 +104,7 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", default="f32")
     parser.add_argument("--layout", default="nn")
     parser.add_argument("--accumulate", default="auto")
+    parser.add_argument("--epilogue", default="none", help="e.g. alpha: a variant problem")
     args = parser.parse_args(argv)
     modes = {"on": (True,), "off": (False,), "both": (False, True)}[args.checks]
     vary = [
@@ -113,6 +114,7 @@ def main(argv=None) -> int:
     run(
         args.shape, configs, vary, args.template, args.out, modes,
         dtype=args.dtype, layout=args.layout, accumulate=args.accumulate,
+        epilogue=args.epilogue,
     )  # fmt: skip
     return 0
 
