@@ -94,7 +94,12 @@ def test_killed_tune_loses_nothing_and_resumes(gpu, tmp_path, how, point):
     elif point == "in a candidate":
         env[faults.ENV] = json.dumps({"evaluate": f"pause:{marker}"})
     command = tune_command(tmp_path, "32x32x32", "--trials", str(TRIALS), "--storage", url)
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        # SIGINT as a terminal would send it, even where pytest itself was started in the
+        # background of a script (which leaves SIGINT ignored, and children inherit that).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
     if point == "between trials":
         wait_for(lambda: len(finished_trials(url, name)) >= 3)
     else:

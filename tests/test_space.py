@@ -1,4 +1,5 @@
 import itertools
+import random
 
 import pytest
 
@@ -26,16 +27,36 @@ def brute_force(space: Space, problem, limits):
     return sorted(found)
 
 
-@pytest.mark.parametrize("template", ["naive", "tiled", "blocked"])
-@pytest.mark.parametrize(
-    "problem",
-    [Problem(1024, 1024, 1024), Problem(1, 17, 999), Problem(367, 367, 367), Problem(64, 4096, 6)],
-)
+PROBLEMS = [
+    Problem(1024, 1024, 1024), Problem(1, 17, 999), Problem(367, 367, 367), Problem(64, 4096, 6)
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("template", ["naive", "tiled"])
+@pytest.mark.parametrize("problem", PROBLEMS)
 def test_enumeration_is_exactly_the_valid_set(template, problem):
     space = load_space(template)
     assert sorted(space.configs(problem, WEBGPU_DEFAULT_LIMITS)) == brute_force(
         space, problem, WEBGPU_DEFAULT_LIMITS
     )
+
+
+@pytest.mark.parametrize("problem", PROBLEMS)
+def test_enumeration_of_a_large_space_is_the_valid_set(problem):
+    """blocked has 810,000 raw combinations (over a minute per problem to classify them
+    all), so: every enumerated config is valid, and every valid one among 40,000 drawn at
+    random is enumerated."""
+    space = load_space("blocked")
+    enumerated = set(space.configs(problem, WEBGPU_DEFAULT_LIMITS))
+    assert all(space.why_invalid(c, problem, WEBGPU_DEFAULT_LIMITS) is None for c in enumerated)
+    rng = random.Random(0)
+    drawn = [
+        Config.make("blocked", {name: rng.choice(values) for name, values in space.params.items()})
+        for _ in range(40_000)
+    ]
+    valid = [c for c in drawn if space.why_invalid(c, problem, WEBGPU_DEFAULT_LIMITS) is None]
+    assert len(valid) > 20  # the draw reaches the valid set (1,368 configs for 1x17x999)
+    assert all(c in enumerated for c in valid)
 
 
 def test_space_sizes_for_1024_cubed():
