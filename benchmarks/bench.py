@@ -16,7 +16,9 @@ With --tune SECONDS, every shape is first tuned in both modes (`autotune.tune`, 
 behind `python -m autotune tune`, blocked template, SECONDS of search each) into the
 cache that lookup then reads, and the wall time of each tune (search, worker start,
 float64 reference, baseline, re-timing of the finalists) is reported with its row.
-Without torch the cuBLAS column is NaN (a dry run on any adapter).
+Without torch the cuBLAS column is NaN (a dry run on any adapter). With --rounds N, cuBLAS
+and autotune's two kernels are timed N times in turn and each ratio is the median of the
+rounds' ratios (cuBLAS's own time moves by about 1% between runs).
 """
 
 from __future__ import annotations
@@ -181,7 +183,7 @@ def tune_suite(shapes, seconds: float, gpu) -> dict[tuple[str, bool], float]:
     return spent
 
 
-def run(shapes, out: Path | None, tune_s: float | None = None) -> dict:
+def run(shapes, out: Path | None, tune_s: float | None = None, rounds: int = 1) -> dict:
     gpu = autotune.get_gpu()
     report = {"provenance": provenance(gpu), "rows": []}
     spent = tune_suite(shapes, tune_s, gpu) if tune_s else {}
@@ -189,23 +191,39 @@ def run(shapes, out: Path | None, tune_s: float | None = None) -> dict:
         problem = parse_shape(shape)
         tflop = problem.flops / 1e12
         reference = Reference(problem, seed=0)
-        try:
-            cublas_s = cublas_seconds(problem)
-        except ImportError:  # no torch: WGSL rows only
-            cublas_s = math.nan
-        row = {"shape": shape, "cublas_s": cublas_s}
+        kernels = {
+            checks: autotune.lookup(problem.M, problem.N, problem.K, checks=checks, gpu=gpu)
+            for checks in (True, False)
+        }
         tutorial = load_space("tiled").seed_configs(problem, gpu.limits)[0]
-        row["tiled"] = wgsl_seconds(tutorial, problem, gpu, True, reference)
-        for checks in (True, False):
-            kernel = autotune.lookup(problem.M, problem.N, problem.K, checks=checks, gpu=gpu)
-            result = wgsl_seconds(kernel.config, problem, gpu, checks, reference)
-            result["source"] = kernel.source
+        row = {"shape": shape, "tiled": wgsl_seconds(tutorial, problem, gpu, True, reference)}
+        # Rounds alternate cuBLAS and our kernels, so that a drift of the GPU's clocks
+        # between rounds moves both sides of a ratio; the row keeps the medians.
+        cublas, timed = [], {True: [], False: []}
+        for _ in range(rounds):
+            try:
+                cublas.append(cublas_seconds(problem))
+            except ImportError:  # no torch: WGSL rows only
+                cublas.append(math.nan)
+            for checks, kernel in kernels.items():
+                timed[checks].append(wgsl_seconds(kernel.config, problem, gpu, checks, reference))
+        row["cublas_s"] = statistics.median(cublas)
+        for checks, results in timed.items():
+            result = sorted(results, key=lambda r: r["seconds"])[len(results) // 2]
+            result["source"] = kernels[checks].source
+            if rounds > 1:
+                result["rounds_s"] = [r["seconds"] for r in results]
+                result["ratio"] = statistics.median(
+                    c / r["seconds"] for c, r in zip(cublas, results, strict=True)
+                )
             if (shape, checks) in spent:
                 result["tuning_s"] = spent[shape, checks]
             row["checks" if checks else "nochecks"] = result
+        if rounds > 1:
+            row["cublas_rounds_s"] = cublas
         for name in ("tiled", "checks", "nochecks"):
             row[name]["tflops"] = tflop / row[name]["seconds"]
-            row[name]["ratio"] = row["cublas_s"] / row[name]["seconds"]
+            row[name].setdefault("ratio", row["cublas_s"] / row[name]["seconds"])
         row["cublas_tflops"] = tflop / row["cublas_s"]
         report["rows"].append(row)
         print(_line(row), flush=True)
@@ -320,13 +338,18 @@ def main(argv=None) -> int:
         "--tune", type=float, metavar="SECONDS", help="tune each shape first (search seconds)"
     )
     parser.add_argument(
+        "--rounds", type=int, default=1, help="time cuBLAS and ours this many times, alternating"
+    )
+    parser.add_argument(
         "--join", type=Path, nargs="+", metavar="DIR", help="combine earlier runs' bench.json"
     )
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     if args.join:
         join(args.join, args.out)
     else:
-        run(args.shape or SUITE, args.out, args.tune)
+        run(args.shape or SUITE, args.out, args.tune, args.rounds)
     return 0
 
 
