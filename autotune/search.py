@@ -323,21 +323,29 @@ def search(
             config = _config_from_trial(trial, templates)
             reason = load_space(config.template).why_invalid(config, problem, limits)
             if reason:
-                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                _owned(
+                    study.tell, trial, state=optuna.trial.TrialState.PRUNED, skip_if_finished=True
+                )
                 state["idle"] += 1
                 continue
             if str(config) in history:  # measured before: its result, no GPU time
-                _tell(study, trial, history[str(config)])
+                _owned(_tell, study, trial, history[str(config)])
                 state["repeat"] = config
                 continue
             # Claim the config, then look again: of two claims of one config at once (by
             # two processes, or by this one for a config it is already compiling), the
             # later trial backs off.
-            trial.set_user_attr("config", str(config))
-            trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+            worker_id = f"{socket.gethostname()}:{os.getpid()}"
+            if not (
+                _owned(trial.set_user_attr, "config", str(config))
+                and _owned(trial.set_user_attr, "worker", worker_id)
+            ):
+                continue
             if _claimed_elsewhere(study, trial, config):
-                trial.set_user_attr("duplicate", True)
-                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                if _owned(trial.set_user_attr, "duplicate", True):
+                    _owned(
+                        study.tell, trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True
+                    )
                 state["idle"] += 1
                 continue
             state["idle"] = 0
@@ -367,7 +375,7 @@ def search(
                 outcome = evaluator(config)
             else:
                 outcome = worker.evaluate(config, max_dispatch_s=limit, timeout_s=candidate_timeout)
-            _record(trial, outcome)
+            _owned(_record, trial, outcome)
             state["history"][str(config)] = outcome.measurement.median_s if outcome.ok else None
             result.measured += 1
             if not outcome.ok:
@@ -381,7 +389,7 @@ def search(
                 on_trial(
                     {"outcome": outcome, "result": result, "elapsed": time.monotonic() - start}
                 )
-            _tell(study, trial, outcome.measurement.median_s if outcome.ok else None)
+            _owned(_tell, study, trial, outcome.measurement.median_s if outcome.ok else None)
     finally:
         for trial, _ in pending:  # claimed, never measured: free for a later run
             _release(study, trial)
@@ -458,8 +466,20 @@ def _fail_interrupted(study: optuna.Study) -> None:
 def _release(study: optuna.Study, trial: optuna.Trial) -> None:
     """Give back a claimed trial that was not measured: failed, marked interrupted, so it
     neither counts as measured nor keeps its config from being measured later."""
-    trial.set_user_attr("interrupted", True)
-    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    if _owned(trial.set_user_attr, "interrupted", True):
+        _owned(study.tell, trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+
+
+def _owned(write, *args, **kwargs) -> bool:
+    """Write to a trial of ours; False when it is already finished. Optuna's SQLite storage
+    can hand one waiting (enqueued) trial to two processes at once (its pop is not atomic
+    there), and the other process may finish it first: its result stands, ours (of the
+    same config) is still reported to our caller."""
+    try:
+        write(*args, **kwargs)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return False
+    return True
 
 
 def _alive(pid: int) -> bool:
@@ -513,9 +533,9 @@ def _record(trial: optuna.Trial, outcome: Outcome) -> None:
 
 def _tell(study, trial, seconds: float | None) -> None:
     if seconds is None:
-        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
     else:
-        study.tell(trial, seconds)
+        study.tell(trial, seconds, skip_if_finished=True)
 
 
 def _study_best(study: optuna.Study, own: Outcome | None, problem: Problem) -> Outcome | None:
