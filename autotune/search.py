@@ -343,9 +343,7 @@ def search(
                 continue
             if _claimed_elsewhere(study, trial, config):
                 if _owned(trial.set_user_attr, "duplicate", True):
-                    _owned(
-                        study.tell, trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True
-                    )
+                    _owned(_tell, study, trial, None)
                 state["idle"] += 1
                 continue
             state["idle"] = 0
@@ -467,7 +465,7 @@ def _release(study: optuna.Study, trial: optuna.Trial) -> None:
     """Give back a claimed trial that was not measured: failed, marked interrupted, so it
     neither counts as measured nor keeps its config from being measured later."""
     if _owned(trial.set_user_attr, "interrupted", True):
-        _owned(study.tell, trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+        _owned(_tell, study, trial, None)
 
 
 def _owned(write, *args, **kwargs) -> bool:
@@ -532,6 +530,7 @@ def _record(trial: optuna.Trial, outcome: Outcome) -> None:
 
 
 def _tell(study, trial, seconds: float | None) -> None:
+    """Finish a trial: its seconds, or failed (None); skipped if it is finished already."""
     if seconds is None:
         study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
     else:

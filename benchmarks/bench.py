@@ -165,9 +165,7 @@ def tune_suite(shapes, seconds: float, gpu) -> dict[tuple[str, bool], float]:
         for checks in (False, True):
             start = time.perf_counter()
             result = autotune.tune(
-                problem.M,
-                problem.N,
-                problem.K,
+                **problem.arguments,
                 templates=["blocked"],
                 trials=None,
                 timeout=seconds,
@@ -192,7 +190,7 @@ def run(shapes, out: Path | None, tune_s: float | None = None, rounds: int = 1) 
         tflop = problem.flops / 1e12
         reference = Reference(problem, seed=0)
         kernels = {
-            checks: autotune.lookup(problem.M, problem.N, problem.K, checks=checks, gpu=gpu)
+            checks: autotune.lookup(**problem.arguments, checks=checks, gpu=gpu)
             for checks in (True, False)
         }
         tutorial = load_space("tiled").seed_configs(problem, gpu.limits)[0]
@@ -208,22 +206,20 @@ def run(shapes, out: Path | None, tune_s: float | None = None, rounds: int = 1) 
             for checks, kernel in kernels.items():
                 timed[checks].append(wgsl_seconds(kernel.config, problem, gpu, checks, reference))
         row["cublas_s"] = statistics.median(cublas)
+        row["cublas_rounds_s"] = cublas
+        row["tiled"]["ratio"] = row["cublas_s"] / row["tiled"]["seconds"]
         for checks, results in timed.items():
             result = sorted(results, key=lambda r: r["seconds"])[len(results) // 2]
             result["source"] = kernels[checks].source
-            if rounds > 1:
-                result["rounds_s"] = [r["seconds"] for r in results]
-                result["ratio"] = statistics.median(
-                    c / r["seconds"] for c, r in zip(cublas, results, strict=True)
-                )
+            result["rounds_s"] = [r["seconds"] for r in results]
+            result["ratio"] = statistics.median(
+                c / r["seconds"] for c, r in zip(cublas, results, strict=True)
+            )
             if (shape, checks) in spent:
                 result["tuning_s"] = spent[shape, checks]
             row["checks" if checks else "nochecks"] = result
-        if rounds > 1:
-            row["cublas_rounds_s"] = cublas
         for name in ("tiled", "checks", "nochecks"):
             row[name]["tflops"] = tflop / row[name]["seconds"]
-            row[name].setdefault("ratio", row["cublas_s"] / row[name]["seconds"])
         row["cublas_tflops"] = tflop / row["cublas_s"]
         report["rows"].append(row)
         print(_line(row), flush=True)

@@ -78,7 +78,7 @@ def tuned_and_held(args, gpu, checks, tuned_dir, own_dir):
 
     def tune(problem, folder):
         return autotune.tune(
-            problem.M, problem.N, problem.K, templates=["blocked"], trials=None,
+            **problem.arguments, templates=["blocked"], trials=None,
             timeout=args.timeout, checks=checks, cache_dir=folder, gpu=gpu,
         )  # fmt: skip
 

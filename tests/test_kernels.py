@@ -38,6 +38,13 @@ def test_seed_configs_are_correct_in_both_check_modes(gpu, template, problem):
             assert verdict.ok, f"{config} checks={checks}: {verdict.reason}"
 
 
+def assert_sample_is_correct(gpu, problem, configs, seed: int, count: int, checks: bool):
+    """A seeded sample of `configs` (at most `count`) compiles and computes `problem` right."""
+    for config in random.Random(seed).sample(configs, min(count, len(configs))):
+        verdict = verify(compile_shader(render(config, problem), gpu, checks=checks), gpu)
+        assert verdict.ok, f"{config}: {verdict.reason}"
+
+
 @pytest.mark.parametrize(
     "problem",
     [Problem(130, 68, 36), Problem(67, 45, 37), Problem(3, 260, 8), Problem(128, 64, 64)],
@@ -47,10 +54,7 @@ def test_seed_configs_are_correct_in_both_check_modes(gpu, template, problem):
 def test_sampled_valid_configs_compile_and_are_correct(gpu, template, problem):
     """The search space's promise: whatever it calls valid compiles and computes right."""
     configs = load_space(template).configs(problem, gpu.limits)
-    for config in random.Random(1).sample(configs, min(12, len(configs))):
-        compiled = compile_shader(render(config, problem), gpu, checks=False)
-        verdict = verify(compiled, gpu)
-        assert verdict.ok, f"{config}: {verdict.reason}"
+    assert_sample_is_correct(gpu, problem, configs, seed=1, count=12, checks=False)
 
 
 @pytest.mark.parametrize("problem", [Problem(130, 68, 36), Problem(67, 44, 40)], ids=str)
@@ -64,10 +68,7 @@ def test_transposed_a_and_banded_order_are_correct(gpu, problem, checks):
         if c["AT"] == 1 or c["GROUP"] > 1
     ]
     assert any(c["AT"] and c["GROUP"] > 1 for c in configs)
-    for config in random.Random(4).sample(configs, 6):
-        compiled = compile_shader(render(config, problem), gpu, checks=checks)
-        verdict = verify(compiled, gpu)
-        assert verdict.ok, f"{config}: {verdict.reason}"
+    assert_sample_is_correct(gpu, problem, configs, seed=4, count=6, checks=checks)
 
 
 @pytest.mark.parametrize("problem", [Problem(130, 68, 36), Problem(67, 44, 64)], ids=str)
@@ -82,10 +83,7 @@ def test_two_workgroup_buffers_and_warp_layout_are_correct(gpu, problem, checks)
         if c["DB"] == 2 or c["WARP"] == 1
     ]
     assert any(c["DB"] == 2 and c["WARP"] for c in configs)
-    for config in random.Random(5).sample(configs, 6):
-        compiled = compile_shader(render(config, problem), gpu, checks=checks)
-        verdict = verify(compiled, gpu)
-        assert verdict.ok, f"{config}: {verdict.reason}"
+    assert_sample_is_correct(gpu, problem, configs, seed=5, count=6, checks=checks)
 
 
 def test_configs_declared_invalid_by_limits_are_refused(gpu):
