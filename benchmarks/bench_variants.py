@@ -2,6 +2,7 @@
 
     python benchmarks/bench_variants.py --rows f16 --out benchmarks/results/h200-f16
     python benchmarks/bench_variants.py --rows nt --tune 30 --out DIR   # tune them first
+    python benchmarks/bench_variants.py --join DIR1 DIR2 --out DIR      # one table from two runs
 
 f16 rows: cuBLAS SGEMM (f32, TF32 off) is the reference of every ratio; torch's f16
 GEMM (tensor cores) is printed as an upper reference; then autotune's f32 kernel and its
@@ -90,6 +91,26 @@ def run(rows: str, shapes, out: Path | None, tune_s: float | None) -> dict:
         print(_line(row, columns), flush=True)
         if out:
             _save(report, out, columns)
+    return _finish(report, out)
+
+
+def join(parts: list[Path], out: Path | None) -> dict:
+    """One report from several runs (each on a share of the suite, when one device call
+    cannot hold it all); every row keeps the cuBLAS time of its own run."""
+    reports = [json.loads((part / "bench.json").read_text()) for part in parts]
+    if len({r["rows_of"] for r in reports}) != 1:
+        raise SystemExit("--join: the runs benchmark different rows (f16 and nt)")
+    order = {shape: i for i, shape in enumerate(SUITE)}
+    rows = sorted(
+        (row for r in reports for row in r["rows"]),
+        key=lambda row: order.get(row["shape"], len(order)),
+    )
+    provenance = reports[0]["provenance"] | {"runs": [r["provenance"] for r in reports]}
+    return _finish({"provenance": provenance, "rows_of": reports[0]["rows_of"], "rows": rows}, out)
+
+
+def _finish(report, out: Path | None) -> dict:
+    columns = COLUMNS[report["rows_of"]]
     report["geomean"] = {n: geomean([r[n]["ratio"] for r in report["rows"]]) for n in columns}
     if out:
         _save(report, out, columns)
@@ -140,12 +161,18 @@ def _save(report, out: Path, columns) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", choices=sorted(COLUMNS), required=True)
+    parser.add_argument("--rows", choices=sorted(COLUMNS))
     parser.add_argument("--shape", action="append", help="MxNxK (default: the suite)")
     parser.add_argument("--out", type=Path, help="folder for bench.json and bench.md")
     parser.add_argument("--tune", type=float, metavar="SECONDS", help="tune each problem first")
+    parser.add_argument("--join", nargs="+", type=Path, metavar="DIR", help="join earlier runs")
     args = parser.parse_args(argv)
-    run(args.rows, args.shape or SUITE, args.out, args.tune)
+    if args.join:
+        join(args.join, args.out)
+    elif args.rows:
+        run(args.rows, args.shape or SUITE, args.out, args.tune)
+    else:
+        parser.error("--rows or --join is required")
     return 0
 
 
