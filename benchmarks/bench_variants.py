@@ -96,15 +96,14 @@ def run(rows: str, shapes, out: Path | None, tune_s: float | None) -> dict:
 
 def join(parts: list[Path], out: Path | None) -> dict:
     """One report from several runs (each on a share of the suite, when one device call
-    cannot hold it all); every row keeps the cuBLAS time of its own run."""
+    cannot hold it all; a later run's row of a shape replaces an earlier one, e.g. after a
+    longer tune); every row keeps the cuBLAS time of its own run."""
     reports = [json.loads((part / "bench.json").read_text()) for part in parts]
     if len({r["rows_of"] for r in reports}) != 1:
         raise SystemExit("--join: the runs benchmark different rows (f16 and nt)")
+    latest = {row["shape"]: row for r in reports for row in r["rows"]}
     order = {shape: i for i, shape in enumerate(SUITE)}
-    rows = sorted(
-        (row for r in reports for row in r["rows"]),
-        key=lambda row: order.get(row["shape"], len(order)),
-    )
+    rows = sorted(latest.values(), key=lambda row: order.get(row["shape"], len(order)))
     provenance = reports[0]["provenance"] | {"runs": [r["provenance"] for r in reports]}
     return _finish({"provenance": provenance, "rows_of": reports[0]["rows_of"], "rows": rows}, out)
 
