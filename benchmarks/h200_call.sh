@@ -1,9 +1,8 @@
-# One device call (2026-11-30, fifth session, sixth): longer tunes (60 s of search) where the
-# 12 s ones fell short: NT on the few-row shapes, f16 at 4096^3.
+# One device call (2026-11-30, fifth session, seventh): is 4096^3 losing to a partial last
+# wave? 256x128 tiles give 512 workgroups on 132 SMs (3.9 waves at one per SM); 4096x4224x4096
+# gives 528 (4 full waves). Same config, both shapes, next to cuBLAS.
 export AUTOTUNE_ADAPTER=nvidia AUTOTUNE_COMMIT=$1 AUTOTUNE_CACHE=$OUT/c
-mkdir -p $OUT/c
-timeout 200 python3 benchmarks/bench_variants.py --rows nt --tune 60 --shape 16x4096x4096 \
-  --shape 64x11008x4096 --out $OUT/nt > $OUT/nt.log 2>&1
-timeout 230 python3 benchmarks/bench_variants.py --rows f16 --tune 60 --shape 4096x4096x4096 \
-  --out $OUT/f16 > $OUT/f16.log 2>&1
-tail -4 $OUT/nt.log; tail -3 $OUT/f16.log
+C="VEC=4 BM=256 TM=16 BN=128 TN=8 BK=16 PAD=0 UNROLL=1 AT=1 GROUP=1 DB=2 WARP=0"
+timeout 150 python3 benchmarks/variants.py --shape 4096x4096x4096 --shape 4096x4224x4096 \
+  --shape 4096x3968x4096 --checks off --config "$C" > $OUT/waves.txt 2>&1
+cat $OUT/waves.txt | cut -c1-150
