@@ -220,13 +220,13 @@ def test_exported_bundles_run_unchanged_in_chromium(gpu, served):
 
 def variant(**params):
     base = dict(VEC=4, BM=32, TM=4, BN=32, TN=4, BK=16, PAD=0, UNROLL=1, DB=1, AT=1, GROUP=1)
-    return Config.make("blockedx", base | dict(ACC=0) | params)
+    return Config.make("blockedx", base | dict(ACC=0, SWZ=0) | params)
 
 
 # One f16 kernel per accumulation type, and transposed, batched, fused ones (ragged M).
 F16_CASES = {
     "f16acc": (Problem(36, 44, 40, "f16"), variant(ACC=1)),
-    "f16f32": (Problem(37, 44, 40, "f16", "nt"), variant(BK=8, DB=0)),
+    "f16f32": (Problem(37, 44, 40, "f16", "nt"), variant(BK=8, DB=0, SWZ=1)),
 }
 FUSED_CASES = {
     "nt_batch_gelu": (Problem(37, 44, 28, "f32", "nt", 3, False, "alpha,beta,bias,gelu"), None),
