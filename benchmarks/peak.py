@@ -1,11 +1,12 @@
-"""Peak arithmetic rate of WGSL on this adapter: chains of vec4 fma, no memory traffic.
+"""Peak arithmetic rate of WGSL on this adapter: chains of fma, no memory traffic.
 
     python benchmarks/peak.py
 
-For f32 and f16 (`enable f16;`), each invocation runs ITER steps of 8 independent vec4
-fma chains, so the rate is bound by the FMA units alone. If f16 comes out near twice
-f32, the driver packs f16 vectors into paired half-precision FMAs (HFMA2 on NVIDIA), and
-a GEMM in f16 can hope for up to twice the f32 rate; near 1x, it cannot.
+For f32 and f16 (`enable f16;`), in scalars, vec2 and vec4, each invocation runs ITER
+steps of 8 independent fma chains, so the rate is bound by the FMA units alone. If f16
+comes out near twice f32, the driver packs f16 pairs into paired half-precision FMAs
+(HFMA2 on NVIDIA), and a GEMM in f16 can hope for up to twice the f32 rate; near 1x, it
+cannot with that vector width.
 Runtime checks are off; the time is the wall clock over 20 dispatches after a warm-up.
 """
 
@@ -23,8 +24,11 @@ CHAINS = 8
 WORKGROUP = 256
 
 
-def shader(dtype: str) -> str:
-    vt = f"vec4<{dtype}>"
+WIDTHS = (1, 2, 4)
+
+
+def shader(dtype: str, width: int) -> str:
+    vt = dtype if width == 1 else f"vec{width}<{dtype}>"
     chains = "\n".join(
         f"  var a{c} = {vt}({dtype}(f32(gid.x + {c}u) * 1e-6));" for c in range(CHAINS)
     )
@@ -45,9 +49,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {{
 """
 
 
-def rate(gpu, dtype: str, groups: int) -> float:
+def rate(gpu, dtype: str, width: int, groups: int) -> float:
     device = gpu.device
-    module = gpu.create_shader_module(shader(dtype), checks=False, label=f"peak {dtype}")
+    module = gpu.create_shader_module(
+        shader(dtype, width), checks=False, label=f"peak {dtype} x{width}"
+    )
     pipeline = device.create_compute_pipeline(
         layout="auto", compute={"module": module, "entry_point": "main"}
     )
@@ -73,7 +79,7 @@ def rate(gpu, dtype: str, groups: int) -> float:
     for _ in range(3):  # warm-up: clocks ramp up under load
         run(20)
     seconds = min(run(20) for _ in range(3)) / 20
-    flops = groups * WORKGROUP * ITER * CHAINS * 4 * 2
+    flops = groups * WORKGROUP * ITER * CHAINS * width * 2
     return flops / seconds / 1e12
 
 
@@ -81,10 +87,10 @@ def main() -> int:
     gpu = autotune.get_gpu()
     groups = int(sys.argv[1]) if len(sys.argv) > 1 else 132 * 64
     print(gpu.summary)
-    rates = {d: rate(gpu, d, groups) for d in ("f32", "f16")}
-    for d, r in rates.items():
-        print(f"{d}: {r:.1f} TFLOP/s of vec4 fma")
-    print(f"f16 / f32: {rates['f16'] / rates['f32']:.2f}")
+    for width in WIDTHS:
+        f32, f16 = (rate(gpu, dtype, width, groups) for dtype in ("f32", "f16"))
+        name = "scalar" if width == 1 else f"vec{width}"
+        print(f"{name} fma: f32 {f32:.1f} TFLOP/s, f16 {f16:.1f}, f16 / f32 {f16 / f32:.2f}")
     return 0
 
 
