@@ -228,15 +228,23 @@ def run(shapes, out: Path | None, tune_s: float | None = None, rounds: int = 1) 
     return _finish(report, out)
 
 
-def join(parts: list[Path], out: Path | None) -> dict:
-    """One report from several runs of this script (each on a share of the suite, when one
-    device call cannot hold the whole of it); every row keeps the cuBLAS time of its run."""
+def joined(parts: list[Path]) -> dict:
+    """One report from the bench.json of several runs (each on a share of the suite, when
+    one device call cannot hold the whole of it): rows in suite order, a later run's row
+    of a shape replacing an earlier one (e.g. after a longer tune), each keeping the cuBLAS
+    time of its own run; the provenance of every run."""
     reports = [json.loads((part / "bench.json").read_text()) for part in parts]
-    rows = [row for report in reports for row in report["rows"]]
+    if len({r.get("rows_of") for r in reports}) != 1:
+        raise SystemExit("--join: the runs benchmark different rows")
+    latest = {row["shape"]: row for report in reports for row in report["rows"]}
     order = {shape: i for i, shape in enumerate(SUITE)}
-    rows.sort(key=lambda row: order.get(row["shape"], len(order)))
+    rows = sorted(latest.values(), key=lambda row: order.get(row["shape"], len(order)))
     provenance = reports[0]["provenance"] | {"runs": [r["provenance"] for r in reports]}
-    return _finish({"provenance": provenance, "rows": rows}, out)
+    return reports[0] | {"provenance": provenance, "rows": rows}
+
+
+def join(parts: list[Path], out: Path | None) -> dict:
+    return _finish(joined(parts), out)
 
 
 def _finish(report, out: Path | None) -> dict:

@@ -31,6 +31,7 @@ from bench import (  # noqa: E402
     cublas_seconds,
     cuda_seconds,
     geomean,
+    joined,
     provenance,
     wgsl_seconds,
 )
@@ -94,20 +95,6 @@ def run(rows: str, shapes, out: Path | None, tune_s: float | None) -> dict:
     return _finish(report, out)
 
 
-def join(parts: list[Path], out: Path | None) -> dict:
-    """One report from several runs (each on a share of the suite, when one device call
-    cannot hold it all; a later run's row of a shape replaces an earlier one, e.g. after a
-    longer tune); every row keeps the cuBLAS time of its own run."""
-    reports = [json.loads((part / "bench.json").read_text()) for part in parts]
-    if len({r["rows_of"] for r in reports}) != 1:
-        raise SystemExit("--join: the runs benchmark different rows (f16 and nt)")
-    latest = {row["shape"]: row for r in reports for row in r["rows"]}
-    order = {shape: i for i, shape in enumerate(SUITE)}
-    rows = sorted(latest.values(), key=lambda row: order.get(row["shape"], len(order)))
-    provenance = reports[0]["provenance"] | {"runs": [r["provenance"] for r in reports]}
-    return _finish({"provenance": provenance, "rows_of": reports[0]["rows_of"], "rows": rows}, out)
-
-
 def _finish(report, out: Path | None) -> dict:
     columns = COLUMNS[report["rows_of"]]
     report["geomean"] = {n: geomean([r[n]["ratio"] for r in report["rows"]]) for n in columns}
@@ -167,7 +154,7 @@ def main(argv=None) -> int:
     parser.add_argument("--join", nargs="+", type=Path, metavar="DIR", help="join earlier runs")
     args = parser.parse_args(argv)
     if args.join:
-        join(args.join, args.out)
+        _finish(joined(args.join), args.out)
     elif args.rows:
         run(args.rows, args.shape or SUITE, args.out, args.tune)
     else:
