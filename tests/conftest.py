@@ -1,10 +1,14 @@
 """Shared fixtures: one GPU for the session, skipped cleanly where no adapter exists."""
 
+import random
 from pathlib import Path
 
 import pytest
 
 from autotune import device
+from autotune.compile import compile_shader
+from autotune.render import render
+from autotune.verify import verify
 
 FAULTY = Path(__file__).parent / "faulty"
 
@@ -29,3 +33,17 @@ def cache_dir(tmp_path, monkeypatch):
     folder = tmp_path / "cache"
     monkeypatch.setenv("AUTOTUNE_CACHE", str(folder))
     return folder
+
+
+@pytest.fixture
+def assert_sample_is_correct(gpu):
+    """`assert_sample_is_correct(problem, configs, seed, count, checks)`: a seeded sample of
+    `configs` (at most `count`) compiles and computes `problem` right, each on fresh data."""
+
+    def check(problem, configs, seed: int, count: int, checks: bool = True) -> None:
+        for config in random.Random(seed).sample(configs, min(count, len(configs))):
+            compiled = compile_shader(render(config, problem), gpu, checks=checks)
+            verdict = verify(compiled, gpu)
+            assert verdict.ok, f"{config}: {verdict.reason}"
+
+    return check

@@ -152,16 +152,12 @@ def test_f16_accumulation_verifies(gpu):
 @pytest.mark.parametrize(
     "problem", [Problem(70, 72, 40, "f32", "nt", 2), Problem(37, 64, 72, "f16", "nn")], ids=str
 )
-def test_swizzled_staging_verifies(gpu, problem):
+def test_swizzled_staging_verifies(gpu, assert_sample_is_correct, problem):
     """SWZ re-maps which invocation stages which block of A (staged transposed) and of a
     column-major B; ragged M puts some of those blocks past the edge."""
-    space = load_space("blockedx")
-    configs = [c for c in space.configs(problem, gpu.limits) if c["SWZ"]]
+    configs = [c for c in load_space("blockedx").configs(problem, gpu.limits) if c["SWZ"]]
     assert any(c["AT"] for c in configs)
-    reference = Reference(problem, seed=3)
-    for config in random.Random(6).sample(configs, 4):
-        verdict = verify(compile_shader(render(config, problem), gpu), gpu, reference=reference)
-        assert verdict.ok, f"{config}: {verdict.reason}"
+    assert_sample_is_correct(problem, configs, seed=6, count=4)
 
 
 @pytest.mark.gpu
