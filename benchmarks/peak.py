@@ -25,14 +25,18 @@ WORKGROUP = 256
 
 
 WIDTHS = (1, 2, 4)
+# `fma()` becomes SPIR-V's exact Fma instruction; `a * m + k` a multiply and an add that
+# the driver may contract into its own FMA (and perhaps pack where it would not pack Fma).
+FORMS = ("fma", "mul-add")
 
 
-def shader(dtype: str, width: int) -> str:
+def shader(dtype: str, width: int, form: str = "fma") -> str:
     vt = dtype if width == 1 else f"vec{width}<{dtype}>"
     chains = "\n".join(
         f"  var a{c} = {vt}({dtype}(f32(gid.x + {c}u) * 1e-6));" for c in range(CHAINS)
     )
-    steps = "\n".join(f"    a{c} = fma(a{c}, m, k);" for c in range(CHAINS))
+    step = "fma(a{c}, m, k)" if form == "fma" else "a{c} * m + k"
+    steps = "\n".join(f"    a{c} = {step.format(c=c)};" for c in range(CHAINS))
     total = " + ".join(f"a{c}" for c in range(CHAINS))
     return f"""{"enable f16;" if dtype == "f16" else ""}
 @group(0) @binding(0) var<storage, read_write> out: array<{vt}>;
@@ -49,10 +53,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {{
 """
 
 
-def rate(gpu, dtype: str, width: int, groups: int) -> float:
+def rate(gpu, dtype: str, width: int, groups: int, form: str) -> float:
     device = gpu.device
     module = gpu.create_shader_module(
-        shader(dtype, width), checks=False, label=f"peak {dtype} x{width}"
+        shader(dtype, width, form), checks=False, label=f"peak {dtype} x{width} {form}"
     )
     pipeline = device.create_compute_pipeline(
         layout="auto", compute={"module": module, "entry_point": "main"}
@@ -87,10 +91,13 @@ def main() -> int:
     gpu = autotune.get_gpu()
     groups = int(sys.argv[1]) if len(sys.argv) > 1 else 132 * 64
     print(gpu.summary)
-    for width in WIDTHS:
-        f32, f16 = (rate(gpu, dtype, width, groups) for dtype in ("f32", "f16"))
-        name = "scalar" if width == 1 else f"vec{width}"
-        print(f"{name} fma: f32 {f32:.1f} TFLOP/s, f16 {f16:.1f}, f16 / f32 {f16 / f32:.2f}")
+    for form in FORMS:
+        for width in WIDTHS:
+            f32, f16 = (rate(gpu, dtype, width, groups, form) for dtype in ("f32", "f16"))
+            name = "scalar" if width == 1 else f"vec{width}"
+            print(
+                f"{name} {form}: f32 {f32:.1f} TFLOP/s, f16 {f16:.1f}, f16 / f32 {f16 / f32:.2f}"
+            )
     return 0
 
 
