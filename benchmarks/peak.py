@@ -95,9 +95,7 @@ def main() -> int:
         for width in WIDTHS:
             f32, f16 = (rate(gpu, dtype, width, groups, form) for dtype in ("f32", "f16"))
             name = "scalar" if width == 1 else f"vec{width}"
-            print(
-                f"{name} {form}: f32 {f32:.1f} TFLOP/s, f16 {f16:.1f}, f16 / f32 {f16 / f32:.2f}"
-            )
+            print(f"{name} {form}: f32 {f32:.1f} TFLOP/s, f16 {f16:.1f}, f16 / f32 {f16 / f32:.2f}")
     return 0
 
 
