@@ -1,11 +1,15 @@
-# Device calls (2026-11-30, sixth session, sixth and seventh): the suite on the shipped
-# cache in 9 alternating rounds, in two halves (argument 2: first or second).
+# One device call (2026-11-30, sixth session, ninth): how fast could split-K make the
+# few-row shapes? A split of K into S parts runs the workgroups of an (S*M) x N x (K/S)
+# GEMM (same tiles, same depth each), so those shapes' speed bounds what split-K would
+# reach before its reduction (which adds a pass over S partial C's: a few microseconds).
 export AUTOTUNE_ADAPTER=nvidia AUTOTUNE_COMMIT=$1 AUTOTUNE_CACHE=$OUT/c
-mkdir -p $OUT/c
-if [ "$2" = first ]; then
-  SHAPES="--shape 1024x1024x1024 --shape 2048x2048x2048 --shape 4096x4096x4096 --shape 8192x8192x8192 --shape 16x4096x4096"
-else
-  SHAPES="--shape 2048x12288x4096 --shape 2048x11008x4096 --shape 2048x4096x11008 --shape 512x32000x4096 --shape 64x11008x4096"
-fi
-timeout 570 python3 benchmarks/bench.py --rounds 9 $SHAPES --out $OUT/suite-$2 > $OUT/suite-$2.log 2>&1
-tail -12 $OUT/suite-$2.log
+C1="VEC=4 BM=64 TM=16 BN=128 TN=4 BK=16 PAD=0 UNROLL=1 AT=1 GROUP=1 DB=1 WARP=0"
+C2="VEC=4 BM=64 TM=8 BN=128 TN=8 BK=16 PAD=0 UNROLL=1 AT=1 GROUP=1 DB=1 WARP=0"
+C3="VEC=4 BM=128 TM=8 BN=128 TN=8 BK=16 PAD=0 UNROLL=1 AT=1 GROUP=1 DB=2 WARP=1"
+C4="VEC=4 BM=32 TM=4 BN=64 TN=4 BK=32 PAD=1 UNROLL=1 AT=0 GROUP=1 DB=1 WARP=0"
+C5="VEC=4 BM=16 TM=2 BN=32 TN=4 BK=32 PAD=1 UNROLL=1 AT=0 GROUP=1 DB=1 WARP=1"
+timeout 500 python3 benchmarks/variants.py --checks off \
+  --shape 64x11008x4096 --shape 128x11008x2048 --shape 256x11008x1024 --shape 512x11008x512 \
+  --shape 16x4096x4096 --shape 64x4096x1024 --shape 128x4096x512 \
+  --config "$C1" --config "$C2" --config "$C3" --config "$C4" --config "$C5" > $OUT/splitk.txt 2>&1
+cut -c1-150 $OUT/splitk.txt
