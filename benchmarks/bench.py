@@ -141,10 +141,15 @@ def provenance(gpu) -> dict:
 
 
 def _git_commit() -> str:
+    """The commit of the checkout this script is in, wherever it is run from."""
     try:
         return (
             subprocess.run(
-                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+                ["git", "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                cwd=Path(__file__).parent,
             ).stdout.strip()
             or "unknown"
         )

@@ -1,0 +1,78 @@
+"""The benchmark scripts, run as a user runs them, on this machine's adapter. The README's
+performance figures come from them, and the GPU they are meant for is lent only now and
+then, so they must not break in between. Without PyTorch their cuBLAS columns are NaN."""
+
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+
+
+def run_script(name: str, *args: str, cwd: Path) -> str:
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / name), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done.stdout
+
+
+def test_bench_times_verified_kernels_in_rounds_and_joins_runs(gpu, cache_dir, tmp_path):
+    shapes = ["--shape", "40x24x16", "--shape", "32x32x32"]
+    run_script("bench.py", *shapes, "--rounds", "2", "--out", "first", cwd=tmp_path)
+    first = json.loads((tmp_path / "first" / "bench.json").read_text())
+    assert [row["shape"] for row in first["rows"]] == ["40x24x16", "32x32x32"]
+    for row in first["rows"]:
+        assert row["tiled"]["seconds"] > 0
+        for mode in ("checks", "nochecks"):
+            result = row[mode]
+            assert len(result["rounds_s"]) == 2 and all(s > 0 for s in result["rounds_s"])
+            assert result["seconds"] in result["rounds_s"]  # the median round is kept
+            assert result["source"] in ("exact", "nearest", "default")
+            assert result["error"] < 1e-4  # verified against float64 before timing
+    provenance = first["provenance"]
+    assert provenance["device"] == gpu.summary
+    assert re.fullmatch(r"[0-9a-f]{7,40}", provenance["commit"])  # the checkout's, not cwd's
+    assert "40x24x16" in (tmp_path / "first" / "bench.md").read_text()
+
+    # A later run of a shape replaces the earlier row; the other shapes keep their place.
+    run_script("bench.py", "--shape", "32x32x32", "--out", "second", cwd=tmp_path)
+    run_script("bench.py", "--join", "first", "second", "--out", "joined", cwd=tmp_path)
+    joined = json.loads((tmp_path / "joined" / "bench.json").read_text())
+    assert [row["shape"] for row in joined["rows"]] == ["40x24x16", "32x32x32"]
+    assert len(joined["rows"][0]["nochecks"]["rounds_s"]) == 2
+    assert len(joined["rows"][1]["nochecks"]["rounds_s"]) == 1
+    assert len(joined["provenance"]["runs"]) == 2
+
+
+def test_variants_times_each_combination_and_names_invalid_ones(gpu, cache_dir, tmp_path):
+    config = "VEC=4 BM=32 TM=4 BN=32 TN=4 BK=8 PAD=0 UNROLL=1 DB=2 AT=1 GROUP=1 WARP=0"
+    vary = ["--vary", "DB=0,2", "--vary", "BM=32,128"]
+    args = ["--shape", "40x24x16", "--config", config, *vary, "--checks", "off"]
+    run_script("variants.py", *args, "--out", "v.json", cwd=tmp_path)
+    rows = json.loads((tmp_path / "v.json").read_text())["rows"]
+    assert len(rows) == 4
+    for row in rows:
+        if "BM=128" in row["config"]:  # taller than twice M: pruned, with the reason
+            assert "tile_fits_m" in row["invalid"]
+        else:
+            assert row["nochecks"]["seconds"] > 0 and "checks" not in row
+
+
+def test_peak_times_every_width_and_form(gpu, tmp_path):
+    if "shader-f16" not in gpu.features:
+        pytest.skip("the adapter has no shader-f16")
+    out = run_script("peak.py", "1", cwd=tmp_path)
+    ratios = re.findall(r"^(scalar|vec2|vec4) (fma|mul-add): .* f16 / f32 ([0-9.]+)$", out, re.M)
+    assert len(ratios) == 6
+    assert all(math.isfinite(float(r)) and float(r) > 0 for *_, r in ratios)
