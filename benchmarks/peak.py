@@ -1,12 +1,13 @@
 """Peak arithmetic rate of WGSL on this adapter: chains of fma, no memory traffic.
 
-    python benchmarks/peak.py
+    python benchmarks/peak.py [GROUPS]    # GROUPS workgroups of 256 (default 132 * 64)
 
-For f32 and f16 (`enable f16;`), in scalars, vec2 and vec4, each invocation runs ITER
-steps of 8 independent fma chains, so the rate is bound by the FMA units alone. If f16
-comes out near twice f32, the driver packs f16 pairs into paired half-precision FMAs
-(HFMA2 on NVIDIA), and a GEMM in f16 can hope for up to twice the f32 rate; near 1x, it
-cannot with that vector width.
+For f32 and f16 (`enable f16;`), in scalars, vec2 and vec4, written as `fma()` and as
+`a * b + c`, each invocation runs ITER steps of 8 independent chains, so the rate is bound
+by the FMA units alone. If f16 comes out near twice f32 in some form, the driver packs f16
+pairs into paired half-precision FMAs (HFMA2 on NVIDIA), and a GEMM written that way can
+hope for up to twice the f32 rate; near 1x in every form, no WGSL f16 GEMM can (the H200,
+2026-11-30: 1.02x in all six, results/h200-2026-11-30-session6/call1/peak.txt).
 Runtime checks are off; the time is the wall clock over 20 dispatches after a warm-up.
 """
 
@@ -22,15 +23,13 @@ import autotune
 ITER = 4096
 CHAINS = 8
 WORKGROUP = 256
-
-
 WIDTHS = (1, 2, 4)
 # `fma()` becomes SPIR-V's exact Fma instruction; `a * m + k` a multiply and an add that
 # the driver may contract into its own FMA (and perhaps pack where it would not pack Fma).
 FORMS = ("fma", "mul-add")
 
 
-def shader(dtype: str, width: int, form: str = "fma") -> str:
+def shader(dtype: str, width: int, form: str) -> str:
     vt = dtype if width == 1 else f"vec{width}<{dtype}>"
     chains = "\n".join(
         f"  var a{c} = {vt}({dtype}(f32(gid.x + {c}u) * 1e-6));" for c in range(CHAINS)
