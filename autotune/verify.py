@@ -104,6 +104,16 @@ def output_rounding(got: np.ndarray, dtype) -> np.ndarray:
     return np.where(np.isfinite(half), half, 0.0)
 
 
+def gelu(x: np.ndarray) -> np.ndarray:
+    """GELU's tanh approximation in float64, as the kernels compute it. NaN stays NaN,
+    gelu(+inf) = +inf and gelu(-inf) = 0, the formula's limit (evaluated literally it is
+    -inf * 0 = NaN); relu is np.maximum(x, 0), which keeps NaN too."""
+    x = np.asarray(x, np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x**3)))
+    return np.where(x == -np.inf, 0.0, y)
+
+
 def _worst(got: np.ndarray, want: np.ndarray, scale: np.ndarray, out=0.0) -> float:
     """Largest (|got - want| - out) / scale; infinity if `got` has a NaN or infinity.
     `out`: the output's own rounding (absolute, per element), allowed on top."""
@@ -209,8 +219,7 @@ class Reference:
         if self.problem.activation == "relu":
             want = np.maximum(want, 0.0)
         elif self.problem.activation == "gelu":
-            want = 0.5 * want * (1 + np.tanh(0.7978845608028654 * (want + 0.044715 * want**3)))
-            scale = GELU_SLOPE * scale
+            want, scale = gelu(want), GELU_SLOPE * scale
         return want, scale
 
     def guarded(self, limit: int) -> tuple[np.ndarray, ...]:
