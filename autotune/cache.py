@@ -189,10 +189,10 @@ class Entry:
         if type(trials) is not int or not 0 <= trials <= MAX_COUNT:
             raise ValueError(f"trials must be an integer from 0 to {MAX_COUNT}")
         date = data.get("date", "")
-        if not isinstance(date, str) or not _DATE.match(date):
+        if not isinstance(date, str) or not _DATE.fullmatch(date):
             raise ValueError("date must be empty or YYYY-MM-DDTHH:MM:SSZ")
         origin = data.get("origin", "")
-        if not isinstance(origin, str) or not _ORIGIN.match(origin):
+        if not isinstance(origin, str) or not _ORIGIN.fullmatch(origin):
             raise ValueError("origin must be up to 200 letters, digits and . _ : @ / -")
         return cls(
             key=key,
@@ -221,8 +221,10 @@ _BASELINE_RANGE = (1e-12, 3600.0)
 _FIELDS = {f.name for f in fields(Entry)}
 REASONS = ("compile", "limits", "wrong", "timeout", "crashed", "device-lost")
 MAX_COUNT = 10**9
-_DATE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z)?$")
-_ORIGIN = re.compile(r"^[\w.:@/-]{0,200}$", re.ASCII)
+# Whole-string patterns, used with fullmatch: `$` also matches before a final "\n", and
+# a date or origin with a line break would end the comment an export writes it into.
+_DATE = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z)?", re.ASCII)
+_ORIGIN = re.compile(r"[\w.:@/-]{0,200}", re.ASCII)
 MAX_FILE_BYTES = 64 * 2**20  # ~100,000 entries; a larger file is not one of ours
 
 

@@ -9,6 +9,7 @@ shape before anything is written: a wrong kernel is never exported.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -17,13 +18,14 @@ from pathlib import Path
 from . import __version__ as autotune_version
 from .arguments import ArgumentError, check_folder
 from .cache import today
+from .compile import CompileError, compile_shader
 from .device import WEBGPU_DEFAULT_LIMITS, versions
 from .kernel import Kernel
 from .render import ENTRY_POINT, bindings, jinja_environment, uniform_layout
 from .verify import verify
 
 FORMAT = 1
-_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,99}$")
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,99}")  # fullmatch: `$` passes "x\n"
 
 
 class ExportError(ArgumentError):
@@ -154,44 +156,68 @@ def _template(name: str):
     return jinja_environment().get_template(name)
 
 
-def export(kernel: Kernel, out_dir: str | Path, name: str | None = None) -> dict[str, Path]:
-    """Write NAME.wgsl, NAME.json and NAME.js for `kernel` into `out_dir`; return the paths."""
-    if not isinstance(kernel, Kernel):
-        raise ExportError("kernel", f"kernel must be an autotune.Kernel, got {kernel!r:.60}")
-    name = name or default_name(kernel)
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise ExportError(
-            "name", f"name {name!r:.60} must be a letter then letters, digits, '_' or '-'"
-        )
-    check_folder("out_dir", out_dir, writable=False, error=ExportError)
-    if out_dir is None:
-        raise ExportError("out_dir", "out_dir must be a folder path, got None")
-    verdict = verify(kernel.compiled, kernel.gpu)
-    if not verdict.ok:
-        raise ExportError(
-            "kernel", f"{kernel.config} is wrong at {kernel.problem}: {verdict.reason}"
-        )
-    data = manifest(kernel, name)
+def _one_line(what: str, value: object) -> str:
+    """`value` as text for a `//` comment, refused if it has a line break: WGSL ends a
+    comment at LF, VT, FF, CR, NEL, U+2028 and U+2029, and str.splitlines splits at each."""
+    text = str(value)
+    if text.splitlines() not in ([], [text]):
+        raise ExportError("kernel", f"the kernel's {what} {text!r:.60} has a line break")
+    return text
+
+
+def _with_header(kernel: Kernel, data: dict, name: str) -> str:
+    """The kernel's WGSL with the comment header that says what it is and where from."""
     provenance = data["provenance"]
     header = _template("_export_header.wgsl.j2").render(
         name=name,
         computes=None if kernel.problem.plain else data["computes"],
         dtype=kernel.problem.dtype,
-        config=str(kernel.config),
+        config=_one_line("config", kernel.config),
         dispatch=data["dispatch"],
         workgroup_size=data["workgroup_size"],
-        source=kernel.source,
-        device=provenance["device"],
+        source=_one_line("source", kernel.source),
+        device=_one_line("device", provenance["device"]),
         gflops=provenance["gflops"],
         checks=kernel.checks,
-        date=provenance["tuned_on"],
+        date=_one_line("date", provenance["tuned_on"] or ""),
         version=autotune_version,
         **data["shape"],
     )
     wgsl = kernel.wgsl
     # `enable` must come before any declaration: the header goes after it
     enable = re.match(r"(enable [^;]*;\n)", wgsl)
-    wgsl = (enable[1] + header + wgsl[enable.end() :]) if enable else header + wgsl
+    return (enable[1] + header + wgsl[enable.end() :]) if enable else header + wgsl
+
+
+def _verify_text(kernel: Kernel, wgsl: str) -> None:
+    """Compile exactly `wgsl` as a browser does (runtime checks on) and verify it at the
+    kernel's shape on its device; refuse the export otherwise."""
+    shader = dataclasses.replace(kernel.shader, wgsl=wgsl)
+    try:
+        verdict = verify(compile_shader(shader, kernel.gpu, checks=True), kernel.gpu)
+    except CompileError as error:
+        raise ExportError("kernel", f"the WGSL to write does not compile: {error}") from error
+    if not verdict.ok:
+        raise ExportError(
+            "kernel", f"{kernel.config} is wrong at {kernel.problem}: {verdict.reason}"
+        )
+
+
+def export(kernel: Kernel, out_dir: str | Path, name: str | None = None) -> dict[str, Path]:
+    """Write NAME.wgsl, NAME.json and NAME.js for `kernel` into `out_dir`; return the paths."""
+    if not isinstance(kernel, Kernel):
+        raise ExportError("kernel", f"kernel must be an autotune.Kernel, got {kernel!r:.60}")
+    name = name or default_name(kernel)
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ExportError(
+            "name", f"name {name!r:.60} must be a letter then letters, digits, '_' or '-'"
+        )
+    check_folder("out_dir", out_dir, writable=False, error=ExportError)
+    if out_dir is None:
+        raise ExportError("out_dir", "out_dir must be a folder path, got None")
+    data = manifest(kernel, name)
+    wgsl = _with_header(kernel, data, name)
+    _verify_text(kernel, wgsl)  # the text written, header included, before any file
     module = _template("_export.js.j2").render(
         name=name,
         computes=data["computes"],

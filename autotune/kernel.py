@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import wgpu
 
-from .arguments import check_flag
+from .arguments import ArgumentError, check_flag
 from .compile import Compiled, compile_shader
 from .device import Gpu, get_gpu
 from .problem import Problem, ProblemError, check_dtype
 from .render import UNIFORM_SIZE, VARIANT_UNIFORM_SIZE, Shader, bindings, render
 from .space import Config
+
+SOURCES = ("exact", "nearest", "default")  # where a Kernel's config came from
 
 
 def _array(name: str, value: object, ndims: tuple[int, ...]) -> np.ndarray:
@@ -264,6 +266,8 @@ class Kernel:
         gpu: Gpu | None = None,
         entry: object = None,
     ):
+        if source not in SOURCES:
+            raise ArgumentError("source", f"source must be one of {SOURCES}, got {source!r:.60}")
         self.problem = problem
         self.config = config
         self.source = source

@@ -213,8 +213,8 @@ def test_exported_bundles_run_unchanged_in_chromium(gpu, served):
     assert adapter["architecture"] == "swiftshader", adapter
     results = {value["name"]: value for tag, value in decoded if tag == "AUTOTUNE_RESULT"}
     assert sorted(results) == sorted(names)
-    for name, result in results.items():
-        assert result["ok"], f"{name}: {result}"
+    for name, result in results.items():  # each module parsed (loaded), each kernel right
+        assert result["loaded"] and result["ok"], f"{name}: {result}"
         assert result["errors"] == []
 
 
@@ -281,11 +281,12 @@ def test_f16_bundles_run_in_chromium(variant_results):
 
 
 def test_the_browser_check_catches_broken_bundles(gpu, served):
-    """The harness must be able to fail: a bundle that skips most of C, and one whose
-    manifest binds C read-only (a WebGPU validation error)."""
+    """The harness must be able to fail: a bundle that skips most of C, one whose
+    manifest binds C read-only (a WebGPU validation error), and one whose module does not
+    parse (a line break in a comment)."""
     folder, base = served
     kernel = Kernel(Problem(40, 36, 24), blocked(BM=16, TM=2, BN=16, TN=4), "default", gpu=gpu)
-    for name in ("short", "readonly"):
+    for name in ("short", "readonly", "syntax"):
         autotune.export(kernel, folder, name=name)
     short = folder / "short.js"
     short.write_text(
@@ -295,10 +296,15 @@ def test_the_browser_check_catches_broken_bundles(gpu, served):
     readonly.write_text(
         readonly.read_text().replace('"kind": "storage"', '"kind": "read-only-storage"')
     )
+    syntax = folder / "syntax.js"
+    syntax.write_text(syntax.read_text().replace("// Usage:", "// Usage\n:", 1))
     for file in ("runner.html", "runner.js"):
         shutil.copy(RUNNER / file, folder / file)
-    lines = run_in_chromium(f"{base}/runner.html?bundles=short,readonly")
+    lines = run_in_chromium(f"{base}/runner.html?bundles=short,readonly,syntax")
     messages = [re.search(r"AUTOTUNE_RESULT ([A-Za-z0-9+/=]+)", line) for line in lines]
     results = {r["name"]: r for r in (json.loads(base64.b64decode(m[1])) for m in messages if m)}
     assert not results["short"]["ok"] and results["short"]["errors"] == []
     assert not results["readonly"]["ok"] and results["readonly"]["errors"]
+    assert results["short"]["loaded"] and results["readonly"]["loaded"]
+    assert not results["syntax"]["ok"] and results["syntax"]["loaded"] is False
+    assert "SyntaxError" in results["syntax"]["errors"][0], results["syntax"]
