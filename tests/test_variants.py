@@ -75,7 +75,9 @@ def test_render_variants():
     f16 = Problem(64, 64, 64, "f16", "nt", 4, True, "bias,gelu")
     shader = render(space.seed_configs(f16)[0], f16)
     assert shader.wgsl.startswith("enable f16;\n")
-    assert shader.dispatch[2] == 4 and "fn gelu" in shader.wgsl and "bias[c]" in shader.wgsl
+    assert (
+        shader.plan.passes[0].grid[2] == 4 and "fn gelu" in shader.wgsl and "bias[c]" in shader.wgsl
+    )
     assert "@binding(4) var<storage, read> bias" in shader.wgsl
     plain_f32 = Problem(64, 64, 64, "f32", "tn")
     assert "enable f16" not in render(space.seed_configs(plain_f32)[0], plain_f32).wgsl
@@ -244,7 +246,7 @@ def test_f16_manifest_sizes_are_whole_words(gpu):
     problem = Problem(37, 41, 29, "f16", "tn", 1, False, "bias")
     config = load_space("blockedx").seed_configs(problem)[0]
     data = manifest(Kernel(problem, config, "default", gpu=gpu), "odd")
-    sizes = {b["name"]: b.get("size_bytes") for b in data["bindings"]}
+    sizes = {b["name"]: b.get("size_bytes") for b in data["buffers"]}
     assert sizes == {"A": 29 * 37 * 2 + 2, "B": 29 * 41 * 2 + 2, "C": 37 * 41 * 2 + 2,
                      "dims": 32, "bias": 41 * 2 + 2}  # fmt: skip
     assert data["required_features"] == ["shader-f16"] and data["accumulation"] == "f32"
