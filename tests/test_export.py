@@ -198,6 +198,17 @@ def run_in_chromium(url: str, timeout: float = 240) -> list[str]:
     return lines
 
 
+def decoded_results(lines: list[str]) -> dict[str, dict]:
+    """The runner's result per bundle name, after checking it ran to the end on
+    SwiftShader."""
+    assert any("AUTOTUNE_DONE" in line for line in lines), "".join(lines[-20:])
+    messages = [re.search(r"(AUTOTUNE_\w+) ([A-Za-z0-9+/=]+)", line) for line in lines]
+    decoded = [(m[1], json.loads(base64.b64decode(m[2]))) for m in messages if m]
+    adapter = next(value for tag, value in decoded if tag == "AUTOTUNE_ADAPTER")
+    assert adapter["architecture"] == "swiftshader", adapter
+    return {value["name"]: value for tag, value in decoded if tag == "AUTOTUNE_RESULT"}
+
+
 def test_exported_bundles_run_unchanged_in_chromium(gpu, served):
     folder, base = served
     names = []
@@ -212,13 +223,7 @@ def test_exported_bundles_run_unchanged_in_chromium(gpu, served):
         names.append(name)
     for file in ("runner.html", "runner.js"):
         shutil.copy(RUNNER / file, folder / file)
-    lines = run_in_chromium(f"{base}/runner.html?bundles={','.join(names)}")
-    assert any("AUTOTUNE_DONE" in line for line in lines), "".join(lines[-20:])
-    messages = [re.search(r"(AUTOTUNE_\w+) ([A-Za-z0-9+/=]+)", line) for line in lines]
-    decoded = [(m[1], json.loads(base64.b64decode(m[2]))) for m in messages if m]
-    adapter = next(value for tag, value in decoded if tag == "AUTOTUNE_ADAPTER")
-    assert adapter["architecture"] == "swiftshader", adapter
-    results = {value["name"]: value for tag, value in decoded if tag == "AUTOTUNE_RESULT"}
+    results = decoded_results(run_in_chromium(f"{base}/runner.html?bundles={','.join(names)}"))
     assert sorted(results) == sorted(names)
     for name, result in results.items():
         assert result["ok"], f"{name}: {result}"
