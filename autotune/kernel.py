@@ -147,8 +147,8 @@ def uniform_bytes(problem: Problem, alpha: float = 1.0, beta: float = 0.0) -> np
     values |= {"alpha": alpha, "beta": beta}
     data = np.zeros(size // 4, np.uint32)
     for name, offset, kind in fields:
-        number = np.array(values.get(name, 0), np.float32 if kind == "f32" else np.uint32)
-        data[offset // 4] = number.view(np.uint32)
+        number = np.array([values.get(name, 0)], np.float32 if kind == "f32" else np.uint32)
+        data[offset // 4] = number.view(np.uint32)[0]
     return data
 
 

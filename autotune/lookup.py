@@ -18,7 +18,7 @@ from .compile import CompileError, compile_shader
 from .device import Gpu, get_gpu, portable_limits, versions
 from .kernel import Kernel, check_fits, check_operands
 from .problem import Problem, ProblemError, shape_distance
-from .render import render, template_hash
+from .render import render
 from .space import Config, check_runnable, load_space
 from .verify import Reference, verify
 
@@ -151,9 +151,8 @@ def lookup(
     check_fits(problem, gpu, portable_limits(gpu.limits) if portable else None)
     folder = str(cache_dir) if cache_dir else None
     kernel = _lookup(problem, bool(checks), folder, gpu, bool(portable))
-    if kernel.entry is not None and kernel.entry.key.template_hash != template_hash(
-        kernel.entry.key.template
-    ):  # its template changed since it was looked up: never served, look again
+    if kernel.entry is not None and not cache.is_current(kernel.entry):
+        # its template changed since it was looked up: never served, look again
         forget()
         kernel = _lookup(problem, bool(checks), folder, gpu, bool(portable))
     return kernel

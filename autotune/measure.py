@@ -122,7 +122,7 @@ def measure(
         operands if operands is not None else random_operands(problem, np.random.default_rng(seed))
     )
     C = np.zeros(problem.matrix_shapes()["C"], dtype=problem.numpy_dtype)
-    bound = Bound.make(compiled, gpu, A, B, C)
+    bound = Bound.make(compiled, gpu, {"A": A, "B": B, "C": C})
     timer = _PassTimer(bound, gpu, use_timestamps)
     try:
         # Warm up (first-use costs) and size the pass from one dispatch, then once more

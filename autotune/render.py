@@ -47,8 +47,8 @@ def _environment_for(folders: tuple[str, ...]) -> jinja2.Environment:
 
 
 def template_hash(template: str) -> str:
-    """Hash of a template's text, the files it includes, and its search space: part of
-    every cache key, so an edited template is never served from an old entry.
+    """Hash of a template's text, the files it includes, and its search space: names the
+    tuning studies of a template, and tells when a kernel must be rendered again.
 
     Remembered per file set until one of the files changes (size or modification time),
     so that lookup can afford to check it on every call.
@@ -102,3 +102,21 @@ def render(config: Config, problem: Problem) -> Shader:
         .render(elem=problem.wgsl_type, **values)
     )
     return Shader(config, problem, wgsl, space.plan(config, problem))
+
+
+def kernel_id(config: Config, problem: Problem) -> str:
+    """The identity of the kernel `config` renders for `problem`: a hash of its WGSL, its
+    launch plan and its space's version (part of every cache key). Templates can be
+    refactored freely: what renders the same kernel keeps its identity."""
+    return _kernel_id(config, problem, template_hash(config.template))
+
+
+@functools.lru_cache(maxsize=4096)
+def _kernel_id(config: Config, problem: Problem, sources: str) -> str:
+    # `sources` (the template files' hash) is part of the memo's key only: an edited
+    # template is rendered again
+    shader = render(config, problem)
+    digest = hashlib.sha256()
+    for part in (shader.wgsl, repr(shader.plan), str(load_space(config.template).version)):
+        digest.update(part.encode() + b"\0")
+    return digest.hexdigest()[:16]

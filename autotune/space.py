@@ -194,6 +194,7 @@ class Space:
     variants: bool = False  # computes variant problems too (f16, layouts, batch, epilogue)
     passes: list[_PassRule] = field(default_factory=list)
     workspaces: list[_Rule] = field(default_factory=list)  # name, bytes
+    version: int = 1  # raised when what a config means changes without its WGSL changing
 
     @classmethod
     def from_toml(cls, text: str, template: str) -> Space:
@@ -230,8 +231,20 @@ class Space:
         if not variants:
             constraints.insert(0, _rule("plain_problem_only", _PLAIN_ONLY))
         description = str(data.get("description", ""))
+        version = data.get("version", 1)
+        if type(version) is not int or version < 1:
+            raise SpaceError(f"search space {template!r}: version must be an integer >= 1")
         return cls(
-            template, description, params, derived, constraints, seeds, variants, passes, workspaces
+            template,
+            description,
+            params,
+            derived,
+            constraints,
+            seeds,
+            variants,
+            passes,
+            workspaces,
+            version,
         )
 
     @property

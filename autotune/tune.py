@@ -177,7 +177,7 @@ def tune(
         def entry_for(outcome: Outcome, result: SearchResult) -> cache.Entry:
             m = outcome.measurement
             return cache.Entry(
-                key=cache.Key.of(problem, outcome.config.template, checks, portable),
+                key=cache.Key.of(problem, outcome.config, checks, portable),
                 params=outcome.config.as_dict(),
                 median_s=m.median_s,
                 p20_s=m.p20_s,

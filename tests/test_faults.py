@@ -156,7 +156,7 @@ def test_nearest_and_exported_kernels_are_verified_at_their_shape(gpu, faulty_te
         config = faulty(mode)
         store.put(
             cache.Entry(
-                cache.Key.of(problem, "faulty", True), config.as_dict(), 1e-6, 1e-6, 1e-6,
+                cache.Key.of(problem, config, True), config.as_dict(), 1e-6, 1e-6, 1e-6,
                 "wall", 1.0, 0.0,
             )
         )  # fmt: skip

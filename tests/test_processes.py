@@ -83,7 +83,7 @@ def test_killed_tune_loses_nothing_and_resumes(gpu, tmp_path, how, point):
     config = load_space("naive").seed_configs(earlier)[0]
     store.put(
         cache.Entry(
-            cache.Key.of(earlier, "naive", True), config.as_dict(), 1e-3, 1e-3, 1e-3,
+            cache.Key.of(earlier, config, True), config.as_dict(), 1e-3, 1e-3, 1e-3,
             "wall", earlier.flops / 1e-3 / 1e9, 0.0,
         )
     )  # fmt: skip
