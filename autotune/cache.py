@@ -29,9 +29,10 @@ from pathlib import Path
 import filelock
 import platformdirs
 
-from . import faults
 from .data import data_path, in_checkout
+from .evaluate import REASONS
 from .key import Key
+from .measure import METHODS
 from .problem import Problem
 from .render import kernel_id
 from .space import Config, SpaceError, load_space
@@ -117,8 +118,8 @@ class Entry:
         if baseline is not None:
             baseline = _number("baseline_s", baseline)
         method = data.get("method")
-        if method not in ("timestamp", "wall"):
-            raise ValueError("method must be 'timestamp' or 'wall'")
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {', '.join(METHODS)}")
         failures = data.get("failures", {})
         if not isinstance(failures, dict) or not all(
             k in REASONS and type(v) is int and 0 <= v <= MAX_COUNT for k, v in failures.items()
@@ -158,7 +159,6 @@ _RANGES = {
 }
 _BASELINE_RANGE = (1e-12, 3600.0)
 _FIELDS = {f.name for f in fields(Entry)}
-REASONS = ("compile", "limits", "wrong", "timeout", "crashed", "device-lost")
 MAX_COUNT = 10**9
 _DATE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z)?$")
 _ORIGIN = re.compile(r"^[\w.:@/-]{0,200}$", re.ASCII)
@@ -318,11 +318,14 @@ class DeviceCache:
                 json.dump(data, file, indent=1)
                 file.flush()
                 os.fsync(file.fileno())
-            faults.pause(faults.planned("cache-write"))  # test-only: killed right here
-            os.replace(temp, self.path)
+            self._replace(temp)
         except BaseException:
             Path(temp).unlink(missing_ok=True)
             raise
+
+    def _replace(self, temp: str) -> None:
+        """The written temp file becomes the cache file, whole or not at all."""
+        os.replace(temp, self.path)
 
 
 def is_current(entry: Entry) -> bool:

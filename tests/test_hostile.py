@@ -16,12 +16,13 @@ import pytest
 import autotune
 from autotune import cache
 from autotune.device import versions
+from autotune.evaluate import Outcome
 from autotune.lookup import forget
 from autotune.measure import Measurement
 from autotune.problem import Problem
 from autotune.render import kernel_id, render
-from autotune.search import Outcome, _study_best
 from autotune.space import Config, SpaceError, load_space
+from autotune.study import Study
 
 PROBLEM = Problem(64, 64, 64)
 
@@ -204,7 +205,7 @@ def test_render_refuses_anything_but_a_valid_config(config):
 def test_shared_study_with_crafted_trials_is_not_trusted():
     """Another user's trial in a shared storage: a config that is a path, or a
     measurement that is not numbers, is passed over, never rendered or cached."""
-    study = optuna.create_study()
+    study = Study("shared", None, optuna.samplers.RandomSampler(), PROBLEM, ["naive"])
     for attrs in (
         {"template": "../../etc/passwd", "params": {"WX": 16}},
         {"template": "naive", "params": {"WX": "{{7*7}}", "WY": 16}},
@@ -218,8 +219,8 @@ def test_shared_study_with_crafted_trials_is_not_trusted():
                                 "method": "wall", "repeats": 1, "passes": 1,
                                 "wall_median_s": 1e-9}},
         )  # fmt: skip
-        study.add_trial(trial)
-    assert _study_best(study, None, PROBLEM) is None
+        study.optuna.add_trial(trial)
+    assert study.best(None) is None
     seconds = Measurement(1e-3, 1e-3, 1e-3, "wall", 1, 3, 1e-3)
     own = Outcome(Config.make("naive", {"WX": 16, "WY": 16}), seconds)
-    assert _study_best(study, own, PROBLEM) is own
+    assert study.best(own) is own

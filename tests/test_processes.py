@@ -16,9 +16,10 @@ from pathlib import Path
 
 import optuna
 import pytest
+from faulty import faults
 
 import autotune
-from autotune import cache, faults
+from autotune import cache
 from autotune.device import versions
 from autotune.problem import Problem
 from autotune.search import study_name
@@ -30,8 +31,9 @@ TRIALS = 6
 
 
 def tune_command(tmp_path, shape, *extra):
+    """`python -m autotune tune ...`, run as faults.py (the CLI with faults planted)."""
     return [
-        sys.executable, "-m", "autotune", "tune", "--shape", shape, "--template", "naive",
+        sys.executable, faults.__file__, "tune", "--shape", shape, "--template", "naive",
         "--cache", str(tmp_path / "cache"), *extra,
     ]  # fmt: skip
 
