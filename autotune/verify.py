@@ -54,7 +54,7 @@ class Verdict:
     @property
     def reason(self) -> str:
         if self.outside:
-            return f"wrote {self.outside} elements past the end of C"
+            return f"wrote {self.outside} elements past the end of C or of a workspace"
         return (
             "" if self.ok else f"relative error {self.error:.3g} > tolerance {self.tolerance:.3g}"
         )
@@ -305,24 +305,37 @@ def guarded_inputs(A: np.ndarray, B: np.ndarray, problem: Problem, limit: int):
 _BITS = {4: np.uint32, 2: np.uint16}
 
 
+def guarded_workspace(size: int) -> np.ndarray:
+    """A workspace's starting contents: NaN in f32 and f16 alike (all bits set), so a pass
+    that reads what no pass wrote gets NaN; then GUARD words of the canary."""
+    words = np.full(size // 4 + GUARD, 0xFFFFFFFF, np.uint32)
+    words[size // 4 :] = CANARY
+    return words
+
+
 def run_guarded(compiled: Compiled, gpu: Gpu, reference: Reference):
-    """One dispatch with guarded buffers: (C, number of guard elements after C changed)."""
-    problem = compiled.shader.problem
+    """The whole plan once with guarded buffers: (C, number of guard elements after C
+    or after a workspace that changed)."""
+    problem, plan = compiled.shader.problem, compiled.shader.plan
     limit = min(gpu.limits["max-storage-buffer-binding-size"], gpu.limits["max-buffer-size"])
     A, B, C, *bias = reference.guarded(limit)
-    bound = Bound.make(
-        compiled, gpu, A, B, C, bias[0] if bias else None, reference.alpha, reference.beta
-    )
+    arrays = {"A": A, "B": B, "C": C} | ({"bias": bias[0]} if bias else {})
+    arrays |= {w.name: guarded_workspace(w.size) for w in plan.workspaces}
+    bound = Bound.make(compiled, gpu, arrays, reference.alpha, reference.beta)
     try:
         bound.run()
-        data = gpu.queue.read_buffer(bound.buffers["C"])
+        written = ["C", *(w.name for w in plan.workspaces)]
+        data = {name: gpu.queue.read_buffer(bound.buffers[name]) for name in written}
     finally:
         bound.release()
-    out = np.frombuffer(data, dtype=problem.numpy_dtype)[: C.size]
+    out = np.frombuffer(data["C"], dtype=problem.numpy_dtype)[: C.size]
     shape = problem.matrix_shapes()["C"]
     size = math.prod(shape)
     bits = _BITS[problem.itemsize]
     outside = int(np.count_nonzero(out[size:].view(bits) != CANARY & (256**problem.itemsize - 1)))
+    for workspace in plan.workspaces:
+        words = np.frombuffer(data[workspace.name], np.uint32)[workspace.size // 4 :]
+        outside += int(np.count_nonzero(words[:GUARD] != CANARY))
     return out[:size].reshape(shape).copy(), outside
 
 

@@ -36,7 +36,7 @@ def test_export_refuses_a_name_with_a_line_break(gpu, tmp_path, name):
 def tuned_entry(gpu, date):
     config = load_space("naive").seed_configs(PROBLEM)[0]
     return cache.Entry(
-        key=cache.Key.of(PROBLEM, "naive", True),
+        key=cache.Key.of(PROBLEM, config, True),
         params=config.as_dict(),
         median_s=1e-4,
         p20_s=1e-4,

@@ -117,7 +117,7 @@ async function runBundle(name) {
   const { M, N, K } = manifest.shape;
   const dtype = manifest.dtype, size = dtype === "f16" ? 2 : 4;
   const count = (binding) => binding.shape.reduce((x, y) => x * y, 1);
-  const byName = Object.fromEntries(manifest.bindings.map((b) => [b.name, b]));
+  const byName = Object.fromEntries(manifest.buffers.map((b) => [b.name, b]));
   const ops = {
     A: quantize(randomMatrix(count(byName.A), 7 + M)),
     B: quantize(randomMatrix(count(byName.B), 11 + N)),
