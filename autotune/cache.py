@@ -32,6 +32,7 @@ import platformdirs
 
 from . import faults
 from .data import data_path, in_checkout
+from .files import FileRefused, read_limited
 from .problem import Problem, ProblemError
 from .render import template_hash
 from .space import Config, SpaceError, load_space, template_names
@@ -350,11 +351,11 @@ class DeviceCache:
 
     def _load(self) -> dict:
         try:
-            if self.path.stat().st_size > MAX_FILE_BYTES:
-                self._set_aside(ValueError(f"larger than {MAX_FILE_BYTES} bytes"))
-                return {}
-            raw = self.path.read_bytes()
+            raw = read_limited(self.path, MAX_FILE_BYTES)
         except FileNotFoundError:
+            return {}
+        except FileRefused as error:  # a FIFO, /dev/zero, a folder, too large: not ours
+            self._set_aside(error)
             return {}
         except OSError as error:
             warnings.warn(f"{self.path}: unreadable ({error}); ignored", CacheWarning, stacklevel=3)
@@ -531,9 +532,7 @@ def merge(paths: Sequence[Path | str], out: Path | str) -> MergeReport:
 def _merge_header(path: Path) -> dict:
     """A merge input's parsed top level, checked as the cache checks its own file."""
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise ValueError(f"larger than {MAX_FILE_BYTES} bytes")
-        data = json.loads(path.read_bytes().decode())
+        data = json.loads(read_limited(path, MAX_FILE_BYTES).decode())
         if not isinstance(data, dict) or set(data) != {
             "schema",
             "fingerprint",
