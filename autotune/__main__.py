@@ -552,8 +552,9 @@ def _cache(args, problems, console: Console) -> int:
 
     try:
         report = merge(args.files, args.out)
-    except MergeError as error:
-        raise UsageError(f"argument FILE: {error}") from None
+    except MergeError as error:  # an input (FILE) or --out
+        option = "FILE" if error.field == "paths" else _option(error.field)
+        raise UsageError(f"argument {option}: {error}") from None
     console.print(
         f"merged {len(args.files)} files into {report.out}: {report.entries} entries, "
         f"{len(report.conflicts)} keys with different configs (the faster kept), "

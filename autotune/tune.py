@@ -168,6 +168,7 @@ def tune(
     store = cache.DeviceCache(
         cache_dir or cache.default_cache_dir(), gpu.fingerprint.as_dict(), versions()
     )
+    store.check_writable()  # a lock that cannot be taken fails now, not after a trial
     with Worker(gpu.fingerprint.as_dict()) as worker:
         # one float64 reference, in the worker, for the baseline and the search
         worker.prepare(problem, reference_seed(seed), checks)
