@@ -471,7 +471,9 @@ def _lookup(args, problems, console: Console) -> int:
 
 
 def _export(args, problems, console: Console) -> int:
-    from .export import export
+    import warnings
+
+    from .export import ExportWarning, export
     from .lookup import lookup
     from .tune import tune
 
@@ -487,7 +489,16 @@ def _export(args, problems, console: Console) -> int:
                 kernel = lookup(**common, portable=True)
         except ProblemError as error:
             raise UsageError(f"argument {_option(error.field)}: {error}") from None
-        paths = export(kernel, args.out)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ExportWarning)
+            paths = export(kernel, args.out)
+        for warning in caught:  # what it replaced, as a line; any other warning as usual
+            if issubclass(warning.category, ExportWarning):
+                console.print(f"{problem.shape}: {warning.message}", soft_wrap=True)
+            else:
+                warnings.showwarning(
+                    warning.message, warning.category, warning.filename, warning.lineno
+                )
         console.print(
             f"{problem.shape}: {kernel.config} ({kernel.source}) -> "
             + ", ".join(str(p) for p in paths.values())
