@@ -26,6 +26,7 @@ from rich.table import Table
 
 from . import device as device_module
 from .arguments import ArgumentError, check_folder
+from .data import BUILT_IN
 from .problem import (
     ACCUMULATE,
     DTYPES,
@@ -537,7 +538,7 @@ def _demo(args, problems, console: Console) -> int:
     table = Table(title=f"default kernel of each template, {problem.shape}")
     for column in ("template", "config", "lines of WGSL", "compile", "error", "GFLOP/s"):
         table.add_column(column)
-    for template in ("naive", "tiled", "blocked"):
+    for template in reversed(BUILT_IN):  # the tutorial kernels first
         seeds = load_space(template).seed_configs(problem, gpu.limits)
         if not seeds:
             continue

@@ -252,12 +252,12 @@ def shape_distance(a: Problem, b: Problem) -> float:
     return sum(abs(math.log(x / y)) for x, y in ((a.M, b.M), (a.N, b.N), (a.K, b.K)))
 
 
-_SHAPE = re.compile(r"^\s*(-?\d+)\s*[xX×]\s*(-?\d+)\s*[xX×]\s*(-?\d+)\s*$")
+_SHAPE = re.compile(r"\s*(-?\d+)\s*[xX×]\s*(-?\d+)\s*[xX×]\s*(-?\d+)\s*")
 
 
 def parse_shape(text: str, dtype: str = "f32", **variant) -> Problem:
     """Parse "MxNxK" (e.g. "1024x1024x512") into a Problem (with `variant` fields)."""
-    match = _SHAPE.match(text)
+    match = _SHAPE.fullmatch(text)
     if not match:
         raise ProblemError(f"shape {text!r} is not of the form MxNxK, e.g. 1024x1024x1024")
     M, N, K = (int(g) for g in match.groups())

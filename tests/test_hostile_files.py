@@ -85,9 +85,10 @@ def store_for(folder, gpu=None):
 
 
 def good_entry():
+    config = load_space("naive").seed_configs(PROBLEM)[0]
     return cache.Entry(
-        key=cache.Key.of(PROBLEM, "naive", True),
-        params=load_space("naive").seed_configs(PROBLEM)[0].as_dict(),
+        key=cache.Key.of(PROBLEM, config, True),
+        params=config.as_dict(),
         median_s=1e-4,
         p20_s=1e-4,
         p80_s=1e-4,
