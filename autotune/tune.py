@@ -21,6 +21,8 @@ from .arguments import (
     check_folder,
     check_seconds,
     check_seed,
+    is_integer,
+    shown,
 )
 from .device import Gpu, get_gpu, portable_limits, versions
 from .kernel import check_fits
@@ -32,6 +34,7 @@ from .worker import CANDIDATE_S, Worker
 # blockedx computes the variant problems, the others the plain one (see space.py)
 TEMPLATES = ("blocked", "blockedx", "tiled", "naive")
 BASELINE_TEMPLATE = "tiled"  # its first seed is the tutorial 16x16 kernel
+MAX_TRIALS = 10**9  # as a cache entry's trial count
 
 
 class TuneError(ArgumentError):
@@ -48,32 +51,40 @@ class TuneResult:
     cache_path: Path
 
 
-def check_templates(templates: Sequence[str] | None) -> tuple[str, ...]:
+def check_templates(templates: Sequence[str] | None, default=TEMPLATES) -> tuple[str, ...]:
+    """The template names, each once; `default` when none are given."""
     if templates is not None and (
         isinstance(templates, str) or not isinstance(templates, list | tuple)
     ):
         raise TuneError(
-            "template", f"templates must be a list of template names, got {templates!r:.60}"
+            "template", f"templates must be a list of template names, got {shown(templates)}"
         )
     if not templates:
-        return TEMPLATES
+        return default
     known = template_names()
     for name in templates:
-        if name not in known:
+        if not isinstance(name, str) or name not in known:
             raise TuneError(
-                "template", f"template {name!r:.60} is unknown; known: {', '.join(known)}"
+                "template", f"template {shown(name)} is unknown; known: {', '.join(known)}"
             )
     return tuple(dict.fromkeys(templates))
 
 
-def check_storage(storage: str | None, attempts: int = 5):
-    """Open an Optuna storage URL now, so a bad one fails before any tuning.
+def check_storage(storage: object, attempts: int = 5):
+    """Open an Optuna storage now (None: in memory; a URL; or a storage object), so a
+    bad one fails before any tuning.
 
     Workers started together on a new database race to create its tables (one of them
     fails on a unique constraint); a few retries let the loser open what the winner made.
     """
-    if storage is None:
-        return None
+    if storage is None or isinstance(storage, optuna.storages.BaseStorage):
+        return storage
+    if not isinstance(storage, str):  # Optuna would take it for a storage object
+        raise TuneError(
+            "storage",
+            f"storage must be None, a URL such as 'sqlite:///study.db' or an Optuna "
+            f"storage, got {shown(storage)}",
+        )
     for attempt in range(attempts):
         try:
             return optuna.storages.get_storage(storage)
@@ -81,20 +92,22 @@ def check_storage(storage: str | None, attempts: int = 5):
             if attempt == attempts - 1:
                 message = str(error).splitlines()[0] if str(error) else type(error).__name__
                 raise TuneError(
-                    "storage", f"storage {storage!r} cannot be opened: {message}"
+                    "storage", f"storage {shown(storage)} cannot be opened: {message}"
                 ) from None
             time.sleep(0.2 * 2**attempt)
 
 
-def check_budget(trials: int | None, timeout: float | None) -> None:
-    if trials is not None and (
-        isinstance(trials, bool) or not isinstance(trials, int) or trials < 1
-    ):
-        raise TuneError("trials", f"trials must be an integer >= 1, got {trials!r}")
-    if timeout is not None and not (isinstance(timeout, int | float) and timeout > 0):
-        raise TuneError("timeout", f"timeout must be a number of seconds > 0, got {timeout!r}")
+def check_budget(trials: object, timeout: object) -> tuple[int | None, float | None]:
+    """trials (a whole number >= 1) and timeout (seconds), at least one of them."""
+    if trials is not None and not (is_integer(trials) and trials >= 1):
+        raise TuneError("trials", f"trials must be an integer >= 1, got {shown(trials)}")
+    if trials is not None and trials > MAX_TRIALS:
+        raise TuneError("trials", f"trials must be at most {MAX_TRIALS}, got {shown(trials)}")
+    if timeout is not None:
+        timeout = check_seconds("timeout", timeout, TuneError)
     if trials is None and timeout is None:
         raise TuneError("trials", "give trials, timeout or both")
+    return (None if trials is None else int(trials)), timeout
 
 
 def baseline(problem: Problem, gpu: Gpu, worker: Worker, timeout_s: float) -> Outcome | None:
@@ -142,10 +155,10 @@ def tune(
     candidates the worker compiles while it times the current one.
     """
     problem = Problem(M, N, K, dtype, layout, batch, shared_b, epilogue, accumulate)
-    if not templates:  # the defaults that compute this problem (plain or variant)
-        templates = [t for t in TEMPLATES if load_space(t).first_config(problem) is not None]
-    templates = check_templates(templates)
-    check_budget(trials, timeout)
+    templates = check_templates(templates, default=None)
+    if templates is None:  # the defaults that compute this problem (plain or variant)
+        templates = tuple(t for t in TEMPLATES if load_space(t).first_config(problem) is not None)
+    trials, timeout = check_budget(trials, timeout)
     checks = check_flag("checks", checks, TuneError)
     portable = check_flag("portable", portable, TuneError)
     seed = check_seed(seed, TuneError)
@@ -155,10 +168,10 @@ def tune(
     if gpu is not None and not isinstance(gpu, Gpu):
         raise TuneError("gpu", f"gpu must be an autotune.Gpu or None, got {type(gpu).__name__}")
     if on_trial is not None and not callable(on_trial):
-        raise TuneError("on_trial", f"on_trial must be callable or None, got {on_trial!r:.60}")
-    if sampler not in SAMPLERS:
+        raise TuneError("on_trial", f"on_trial must be callable or None, got {shown(on_trial)}")
+    if not isinstance(sampler, str) or sampler not in SAMPLERS:
         raise TuneError(
-            "sampler", f"sampler {sampler!r:.60} is unknown; known: {', '.join(SAMPLERS)}"
+            "sampler", f"sampler {shown(sampler)} is unknown; known: {', '.join(SAMPLERS)}"
         )
     storage_object = check_storage(storage)
     gpu = gpu or get_gpu()
