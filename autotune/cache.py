@@ -44,6 +44,16 @@ class CacheWarning(UserWarning):
     """A cache file could not be used (corrupt, newer schema) and was set aside."""
 
 
+_WARNED: set[str] = set()  # the CacheWarnings shown: one lookup or tune reads a file often
+
+
+def warn_once(message: str, stacklevel: int = 2) -> None:
+    """Warn with `message` (which names the file and the cause) once per process."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, CacheWarning, stacklevel=stacklevel + 1)
+
+
 def default_cache_dir() -> Path:
     """$AUTOTUNE_CACHE, else the checkout's cache/ (the shipped database), else the
     user's cache folder."""
@@ -253,9 +263,10 @@ def _parse_key(text: str) -> Key:
         raise ValueError(f"bad check mode {checks!r}")
     if space not in ("device", "portable"):
         raise ValueError(f"bad space {space!r}")
+    # ASCII digits without leading zeros (str.isdigit() takes "０３２" too): one text per key
     sizes = shape.split("x")
-    if len(sizes) != 3 or not all(s.isdigit() and len(s) < 11 for s in sizes):
-        raise ValueError(f"bad shape {shape!r}")
+    if len(sizes) != 3 or not all(re.fullmatch(r"[1-9][0-9]{0,9}", s) for s in sizes):
+        raise ValueError(f"bad shape {shape[:40]!r}")
     try:
         problem = Problem(
             *(int(s) for s in sizes),
@@ -268,13 +279,7 @@ def _parse_key(text: str) -> Key:
         )
     except ProblemError as error:
         raise ValueError(str(error)) from None
-    if (problem.epilogue, problem.batch_text, problem.dtype_text) != (
-        epilogue,
-        batch_text,
-        parts[3],
-    ):
-        raise ValueError(f"key {text[:120]!r} is not in canonical form")
-    return Key(
+    key = Key(
         template,
         digest,
         checks == "checks",
@@ -289,6 +294,9 @@ def _parse_key(text: str) -> Key:
         problem.epilogue,
         problem.accumulate,
     )
+    if str(key) != text:  # e.g. "b1:none" spelled out, or "relu,bias": one text per key
+        raise ValueError(f"key {text[:120]!r} is not in canonical form")
+    return key
 
 
 def device_file_name(fingerprint: dict, versions: dict) -> str:
@@ -323,11 +331,7 @@ class DeviceCache:
             try:
                 entry = Entry.from_json(text_key, value)
             except (ValueError, SpaceError) as error:
-                warnings.warn(
-                    f"{self.path}: entry {text_key[:80]!r} ignored: {error}",
-                    CacheWarning,
-                    stacklevel=2,
-                )
+                warn_once(f"{self.path}: entry {text_key[:80]!r} ignored: {error}", stacklevel=2)
                 continue
             if entry.key.template_hash == template_hash(entry.key.template):
                 entries[text_key] = entry
@@ -357,7 +361,7 @@ class DeviceCache:
         except FileNotFoundError:
             return {}
         except OSError as error:
-            warnings.warn(f"{self.path}: unreadable ({error}); ignored", CacheWarning, stacklevel=3)
+            warn_once(f"{self.path}: unreadable ({error}); ignored", stacklevel=3)
             return {}
         try:
             data = json.loads(raw.decode())  # UnicodeDecodeError is a ValueError too
@@ -389,7 +393,7 @@ class DeviceCache:
             where = f"moved to {aside.name}"
         except OSError:
             where = "left in place (read-only)"
-        warnings.warn(f"{self.path}: {error}; {where}, starting empty", CacheWarning, stacklevel=4)
+        warn_once(f"{self.path}: {error}; {where}, starting empty", stacklevel=4)
 
     # --- writing ---------------------------------------------------------------------
 
