@@ -281,7 +281,7 @@ def search(
     rng = np.random.default_rng(seed)
     grid = iter(valid) if sampler == "grid" else None
     result = SearchResult(problem, None, 0, 0, study_name=name)
-    state = {"history": {}, "refreshed": -math.inf, "idle": 0, "repeat": None}
+    state = {"history": {}, "refreshed": -math.inf, "idle": 0, "repeat": None, "full": False}
     if compile_ahead is None:  # on a CPU adapter compiling would disturb the timing
         compile_ahead = 0 if evaluator is not None or gpu.fingerprint.adapter_type == "CPU" else 1
 
@@ -294,7 +294,7 @@ def search(
                 state["history"], state["refreshed"] = _history(study), time.monotonic()
             history = state["history"]
             result.study_trials = len(history)
-            if trials is not None and len(history) + len(pending) >= trials:
+            if state["full"] or (trials is not None and len(history) + len(pending) >= trials):
                 return None
             if timeout is not None and time.monotonic() - start >= timeout:
                 return None
@@ -345,6 +345,12 @@ def search(
                 if _owned(trial.set_user_attr, "duplicate", True):
                     _owned(_tell, study, trial, None)
                 state["idle"] += 1
+                continue
+            if trials is not None and not _within_budget(study, trial, trials):
+                _release(study, trial)  # the others' claims fill the budget
+                state["full"] = True
+                return None
+            if not _owned(trial.set_user_attr, "admitted", True):
                 continue
             state["idle"] = 0
             return trial, config
@@ -502,6 +508,53 @@ def _claimed_elsewhere(study, trial, config: Config) -> bool:
         ):
             return True
     return False
+
+
+def _within_budget(study, trial, trials: int, wait_s: float = 10.0) -> bool:
+    """After `trial` is claimed: whether the study's budget still has room for it.
+
+    Processes claim at the same time, so each counts after writing its claim: the configs
+    measured, and those claimed by live trials that were admitted (passed this count) or
+    have a lower number. An undecided claim of a higher number is waited for when it
+    could tip the count (it decides at once, without waiting on lower numbers): of two
+    claims for the last place, the lower is admitted. The last trial to count sees every
+    other admitted claim, so the study never measures more than `trials` configs.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        counted, undecided = set(), set()
+        for other in study.get_trials(deepcopy=False):
+            config = other.user_attrs.get("config")
+            if other.number == trial.number or config is None or not _counts(other):
+                continue
+            finished = other.state != optuna.trial.TrialState.RUNNING
+            if finished or "admitted" in other.user_attrs or other.number < trial.number:
+                counted.add(config)
+            else:
+                undecided.add(config)
+        if len(counted) >= trials:
+            return False
+        if len(counted | undecided) < trials:
+            return True
+        if time.monotonic() > deadline:  # a claimer that never decides: count it
+            return False
+        time.sleep(0.05)
+
+
+def _counts(trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether a claimed trial counts toward the budget: measured (complete or failed),
+    or running in a live process (one of this machine that died holds nothing)."""
+    attrs = trial.user_attrs
+    if "interrupted" in attrs or "duplicate" in attrs:
+        return False
+    if trial.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL):
+        return True
+    if trial.state != optuna.trial.TrialState.RUNNING:
+        return False
+    name, _, pid = str(attrs.get("worker", "")).rpartition(":")
+    if name != socket.gethostname() or not pid.isdigit():
+        return True  # another machine's claim: it counts until that machine resumes
+    return int(pid) == os.getpid() or _alive(int(pid))
 
 
 def _record(trial: optuna.Trial, outcome: Outcome) -> None:
