@@ -26,6 +26,7 @@ from rich.table import Table
 
 from . import device as device_module
 from .arguments import ArgumentError, check_folder
+from .data import BUILT_IN
 from .problem import (
     ACCUMULATE,
     DTYPES,
@@ -535,7 +536,7 @@ def _demo(args, problems, console: Console) -> int:
 
     problem = problems[0]
     gpu = device_module.get_gpu()
-    templates = ("naive", "tiled", "blocked")
+    templates = tuple(reversed(BUILT_IN))  # the tutorial kernels first
     check_fits(problem, gpu)  # refused (exit 2, naming the limit), not an empty table
     check_runnable(problem, gpu.limits, templates)
     console.print(f"device: {gpu.summary}; problem: {problem}")

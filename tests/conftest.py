@@ -1,4 +1,4 @@
-"""Shared fixtures: one GPU for the session, skipped cleanly where no adapter exists."""
+"""Shared fixtures: one GPU for the whole test run, skipped cleanly where no adapter exists."""
 
 import random
 from pathlib import Path

@@ -281,7 +281,7 @@ def test_each_cache_warning_is_printed_once(gpu, tmp_path):
     problem = Problem(32, 32, 32)
     config = load_space("naive").seed_configs(problem)[0]
     entry = cache.Entry(
-        cache.Key.of(problem, "naive", True), config.as_dict(), 1e-4, 1e-4, 1e-4,
+        cache.Key.of(problem, config, True), config.as_dict(), 1e-4, 1e-4, 1e-4,
         "timestamp", 1.0, 1e-7,
     )  # fmt: skip
     store.put(entry)

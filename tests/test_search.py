@@ -257,10 +257,10 @@ def test_replayed_search_is_frugal_with_proposals(sampler):
     """No GPU: a recorded cost replaces it. The sampler's repeats are replaced by
     unmeasured neighbours, so proposals stay few per measured trial and none is measured
     twice, and TPE gets close to the best."""
+    from autotune.evaluate import Outcome, Replay
     from autotune.measure import Measurement
-    from autotune.search import Outcome
 
-    def evaluator(config):
+    def recorded(config):
         s = _synthetic_seconds(config)
         return Outcome(config, Measurement(s, s, s, "timestamp", 1, 1, s), error=0.0)
 
@@ -274,7 +274,7 @@ def test_replayed_search_is_frugal_with_proposals(sampler):
         sampler=sampler,
         seed=0,
         storage=storage,
-        evaluator=evaluator,
+        evaluator=Replay(recorded),
     )
     study = optuna.load_study(study_name=result.study_name, storage=storage)
     measured = [t.user_attrs["config"] for t in measured_trials(study)]
@@ -295,8 +295,8 @@ def test_a_trial_another_process_finished_first_is_left_to_it(tmp_path):
     waiting trial is not atomic there; seen with two `tune` processes starting together).
     Played here: while a seed is measured, "the other process" finishes its trial. The
     search leaves that result standing and goes on (it used to crash on its own tell)."""
+    from autotune.evaluate import Outcome, Replay
     from autotune.measure import Measurement
-    from autotune.search import Outcome
 
     url = f"sqlite:///{tmp_path / 'study.db'}"
     taken = []
@@ -314,7 +314,7 @@ def test_a_trial_another_process_finished_first_is_left_to_it(tmp_path):
 
     result = search(
         Problem(256, 256, 256), _Recorded(), templates=["blocked"], trials=8, seed=0,
-        storage=url, evaluator=evaluator,
+        storage=url, evaluator=Replay(evaluator),
     )  # fmt: skip
     assert result.measured == 8 and len(taken) == 3
     study = optuna.load_study(study_name=result.study_name, storage=url)
@@ -326,15 +326,15 @@ def test_a_trial_another_process_finished_first_is_left_to_it(tmp_path):
 
 
 def _replayed(config):
+    from autotune.evaluate import Outcome
     from autotune.measure import Measurement
-    from autotune.search import Outcome
 
     seconds = _synthetic_seconds(config)
     return Outcome(config, Measurement(seconds, seconds, seconds, "timestamp", 1, 1, seconds))
 
 
-def _foreign_claim(study, config, admitted, worker="another-machine:1"):
-    """A trial claimed by another process, as search's claim() leaves it."""
+def _foreign_claim(study, config, admitted=False, worker="another-machine:1"):
+    """A trial claimed by another process, as Study.claim leaves it (then admitted)."""
     trial = study.ask()
     trial.set_user_attr("config", str(config))
     trial.set_user_attr("worker", worker)
@@ -343,50 +343,69 @@ def _foreign_claim(study, config, admitted, worker="another-machine:1"):
     return trial
 
 
+def _measured_and_free(tmp_path, trials):
+    """A study on SQLite with `trials` configs measured, and configs still free."""
+    from autotune.evaluate import Replay
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    problem, recorded = Problem(256, 256, 256), _Recorded()
+    first = search(problem, recorded, templates=["blocked"], trials=trials, seed=0,
+                   storage=url, evaluator=Replay(_replayed))  # fmt: skip
+    study = optuna.load_study(study_name=first.study_name, storage=url)
+    measured = {t.user_attrs["config"] for t in measured_trials(study)}
+    free = [c for c in load_space("blocked").configs(problem, recorded.limits)
+            if str(c) not in measured]  # fmt: skip
+    return url, first.study_name, free
+
+
 def test_the_budget_counts_the_claims_of_other_processes(tmp_path):
     """Two processes on one study each saw 7 of 8 trials measured and both measured one
     more (9 for --trials 8): the last place, claimed elsewhere, is not taken again."""
-    url = f"sqlite:///{tmp_path / 'study.db'}"
-    problem, recorded = Problem(256, 256, 256), _Recorded()
-    arguments = dict(templates=["blocked"], seed=0, storage=url, evaluator=_replayed)
-    first = search(problem, recorded, trials=7, **arguments)
-    study = optuna.load_study(study_name=first.study_name, storage=url)
-    measured = {t.user_attrs["config"] for t in measured_trials(study)}
-    config = next(c for c in load_space("blocked").configs(problem, recorded.limits)
-                  if str(c) not in measured)  # fmt: skip
-    other = _foreign_claim(study, config, admitted=True)
-    again = search(problem, recorded, trials=8, **arguments)
+    from autotune.evaluate import Replay
+
+    url, name, free = _measured_and_free(tmp_path, 7)
+    study = optuna.load_study(study_name=name, storage=url)
+    other = _foreign_claim(study, free[0], admitted=True)
+    again = search(Problem(256, 256, 256), _Recorded(), templates=["blocked"], trials=8,
+                   seed=0, storage=url, evaluator=Replay(_replayed))  # fmt: skip
     assert again.measured == 0  # the other process holds the 8th place
     study.tell(other, 1e-3)
     assert len(measured_trials(study)) + 1 == 8  # (the stand-in records no reason)
 
 
 def test_of_two_claims_for_the_last_place_the_lower_number_is_admitted(tmp_path):
-    from autotune.search import _within_budget
+    from autotune.study import Study
 
-    url = f"sqlite:///{tmp_path / 'study.db'}"
-    problem, recorded = Problem(256, 256, 256), _Recorded()
-    first = search(problem, recorded, templates=["blocked"], trials=3, storage=url,
-                   seed=0, evaluator=_replayed)  # fmt: skip
-    study = optuna.load_study(study_name=first.study_name, storage=url)
-    measured = {t.user_attrs["config"] for t in measured_trials(study)}
-    free = [c for c in load_space("blocked").configs(problem, recorded.limits)
-            if str(c) not in measured]  # fmt: skip
-    lower = _foreign_claim(study, free[0], admitted=False)
-    higher = _foreign_claim(study, free[1], admitted=False)
-    frozen = {t.number: t for t in study.get_trials()}
+    url, name, free = _measured_and_free(tmp_path, 3)
+    study = Study(name, url, None, Problem(256, 256, 256), ["blocked"])
+    lower, higher = (_foreign_claim(study.optuna, config) for config in free[:2])
     # the higher counts the lower's undecided claim: no room left for it
-    assert not _within_budget(study, frozen[higher.number], trials=4)
+    assert not study.admit(higher, trials=4)
     # the lower waits for the higher to decide; undecided, it counts it (to be safe)
     started = time.monotonic()
-    assert not _within_budget(study, frozen[lower.number], trials=4, wait_s=0.3)
+    assert not study.admit(lower, trials=4, wait_s=0.3)
     assert time.monotonic() - started >= 0.3
-    higher.set_user_attr("interrupted", True)  # the higher backed off: the lower goes on
-    study.tell(higher, state=optuna.trial.TrialState.FAIL)
-    assert _within_budget(study, frozen[lower.number], trials=4, wait_s=0.3)
-    # with room for both, neither waits for the other
-    third = _foreign_claim(study, free[2], admitted=False)
+    study.release(higher)  # the higher backed off: the lower goes on
+    assert study.admit(lower, trials=4, wait_s=0.3)
+    # with room for both, a claim does not wait for a higher undecided one
+    third, fourth = (_foreign_claim(study.optuna, config) for config in free[2:4])
     started = time.monotonic()
-    assert _within_budget(study, frozen[lower.number], trials=5, wait_s=60)
+    assert study.admit(third, trials=6, wait_s=60)
     assert time.monotonic() - started < 30
-    assert _within_budget(study, study.trials[third.number], trials=5)
+    assert not study.admit(fourth, trials=5)  # 3 measured, lower and third admitted
+
+
+def test_a_claim_admitted_before_a_lower_one_was_written_counts(tmp_path):
+    """A process asks trial n, and before it writes its claim another process's trial
+    n + 1 is claimed and counted (n not yet visible to it). Counting only the claims
+    of lower numbers, both went on: n must count n + 1."""
+    from autotune.study import Study
+
+    url, name, free = _measured_and_free(tmp_path, 3)
+    study = Study(name, url, None, Problem(256, 256, 256), ["blocked"])
+    ours = study.optuna.ask()
+    theirs = _foreign_claim(study.optuna, free[1], admitted=True)
+    assert theirs.number > ours.number
+    assert study.claim(ours, free[0])
+    assert not study.admit(ours, trials=4)
+    assert study.admit(ours, trials=5)
