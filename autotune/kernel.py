@@ -299,8 +299,8 @@ class Kernel:
         gpu: Gpu | None = None,
         entry: object = None,
     ):
-        if source not in SOURCES:
-            raise ArgumentError("source", f"source must be one of {SOURCES}, got {source!r:.60}")
+        if not isinstance(source, str) or source not in SOURCES:
+            raise ArgumentError("source", f"source must be one of {SOURCES}, got {shown(source)}")
         self.problem = problem
         self.config = config
         self.source = source

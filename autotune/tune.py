@@ -210,9 +210,18 @@ def tune_many(
     choose_representatives): lookup serves the others with their nearest tuned shape.
     `on_start(problem, index)` is called as each problem starts; `options` as in tune().
     """
+    if (
+        not isinstance(problems, list | tuple)
+        or not problems
+        or not all(isinstance(p, Problem) for p in problems)
+    ):  # (checked before dict.fromkeys, which hashes each item)
+        raise TuneError(
+            "problems",
+            f"problems must be a non-empty list of autotune.Problem, got {shown(problems)}",
+        )
     problems = list(dict.fromkeys(problems))
-    if not problems or not all(isinstance(p, Problem) for p in problems):
-        raise TuneError("problems", "problems must be a non-empty list of autotune.Problem")
+    if on_start is not None and not callable(on_start):
+        raise TuneError("on_start", f"on_start must be callable or None, got {shown(on_start)}")
     if radius is not None:
         assignments = choose_representatives(problems, radius)
         problems = list(dict.fromkeys(a.representative for a in assignments))

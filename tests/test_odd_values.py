@@ -19,7 +19,7 @@ from autotune.__main__ import main
 from autotune.arguments import check_seconds
 from autotune.kernel import check_operands
 from autotune.problem import Problem, ProblemError, parse_shape
-from autotune.tune import check_budget, check_storage
+from autotune.tune import check_budget, check_storage, tune_many
 
 F32 = np.ones((4, 4), np.float32)
 HUGE = 10**400  # beyond any float
@@ -177,6 +177,25 @@ def test_numpy_integers_are_sizes():
 def test_tune_odd_values_name_the_argument(tmp_path, kwargs, field):
     call = lambda: autotune.tune(4, 4, 4, **({"trials": 1, "cache_dir": tmp_path} | kwargs))  # noqa: E731
     _refused(call, autotune.TuneError, field)
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(problems=[[4, 4, 4]]), "problems"),
+        (dict(problems=[{"shape": "4x4x4"}]), "problems"),
+        (dict(problems=4), "problems"),
+        (dict(problems=np.array([Problem(4, 4, 4)])), "problems"),
+        (dict(on_start=5), "on_start"),
+        (dict(radius=np.bool_(True)), "radius"),
+        (dict(radius=HUGE), "radius"),
+    ],
+    ids=lambda v: _text(v) if isinstance(v, dict) else v,
+)
+def test_tune_many_odd_values_name_the_argument(tmp_path, kwargs, field):
+    arguments = dict(problems=[Problem(4, 4, 4)], trials=1, cache_dir=tmp_path) | kwargs
+    error = ProblemError if field == "radius" else autotune.TuneError
+    _refused(lambda: tune_many(**arguments), error, field)
 
 
 def test_tune_budget_takes_numpy_numbers():
