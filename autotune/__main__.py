@@ -484,7 +484,9 @@ def _lookup(args, problems, console: Console) -> int:
 
 
 def _export(args, problems, console: Console) -> int:
-    from .export import export
+    import warnings
+
+    from .export import ExportWarning, export
     from .lookup import lookup
     from .tune import tune
 
@@ -500,7 +502,16 @@ def _export(args, problems, console: Console) -> int:
                 kernel = lookup(**common, portable=True)
         except ProblemError as error:
             raise UsageError(f"argument {_option(error.field)}: {error}") from None
-        paths = export(kernel, args.out)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ExportWarning)
+            paths = export(kernel, args.out)
+        for warning in caught:  # what it replaced, as a line; any other warning as usual
+            if issubclass(warning.category, ExportWarning):
+                console.print(f"{problem.shape}: {warning.message}", soft_wrap=True)
+            else:
+                warnings.showwarning(
+                    warning.message, warning.category, warning.filename, warning.lineno
+                )
         console.print(
             f"{problem.shape}: {kernel.config} ({kernel.source}) -> "
             + ", ".join(str(p) for p in paths.values())
@@ -572,8 +583,9 @@ def _cache(args, problems, console: Console) -> int:
 
     try:
         report = merge(args.files, args.out)
-    except MergeError as error:
-        raise UsageError(f"argument FILE: {error}") from None
+    except MergeError as error:  # an input (FILE) or --out
+        option = "FILE" if error.field == "paths" else _option(error.field)
+        raise UsageError(f"argument {option}: {error}") from None
     console.print(
         f"merged {len(args.files)} files into {report.out}: {report.entries} entries, "
         f"{len(report.conflicts)} keys with different configs (the faster kept), "

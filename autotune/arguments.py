@@ -83,15 +83,15 @@ def check_folder(field: str, value: object, *, writable: bool, error=ArgumentErr
     if value is None:
         return None
     if not isinstance(value, str | os.PathLike) or not str(value):
-        raise error(field, f"{field} must be a folder path, got {value!r:.60}")
+        raise error(field, f"{field} must be a folder path, got {shown(value)}")
     folder = Path(value)
     if folder.exists() and not folder.is_dir():
         raise error(field, f"{field} {str(folder)!r} exists and is not a folder")
     if writable:
         try:
             folder.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise error(field, f"{field} {str(folder)!r} cannot be made: {error}") from None
+        except OSError as reason:  # (not `as error`: that is the class to raise)
+            raise error(field, f"{field} {str(folder)!r} cannot be made: {reason}") from None
         if not os.access(folder, os.W_OK):
             raise error(field, f"{field} {str(folder)!r} is not writable")
     return folder

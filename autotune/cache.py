@@ -13,6 +13,7 @@ schema is moved aside with a warning and treated as empty.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import glob
 import hashlib
@@ -29,8 +30,10 @@ from pathlib import Path
 import filelock
 import platformdirs
 
+from .arguments import ArgumentError, check_folder
 from .data import data_path, in_checkout
 from .evaluate import REASONS
+from .files import FileRefused, read_limited
 from .key import Key
 from .measure import METHODS
 from .problem import Problem
@@ -53,6 +56,11 @@ def warn_once(message: str, stacklevel: int = 2) -> None:
     if message not in _WARNED:
         _WARNED.add(message)
         warnings.warn(message, CacheWarning, stacklevel=stacklevel + 1)
+
+
+class CacheError(ArgumentError):
+    """A cache file cannot be written (its lock cannot be taken); `field` names the
+    argument that chose its folder."""
 
 
 def default_cache_dir() -> Path:
@@ -175,6 +183,9 @@ MAX_COUNT = 10**9
 _DATE = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z)?", re.ASCII)
 _ORIGIN = re.compile(r"[\w.:@/-]{0,200}", re.ASCII)
 MAX_FILE_BYTES = 64 * 2**20  # ~100,000 entries; a larger file is not one of ours
+# A write holds its lock for well under a second (a 64 MiB file: a few); a lock held far
+# longer is stuck or not ours, and waiting on it without end would hang the tuner.
+LOCK_TIMEOUT_S = 120.0
 
 
 def _number(name: str, value: object) -> float:
@@ -244,11 +255,11 @@ class DeviceCache:
 
     def _load(self) -> dict:
         try:
-            if self.path.stat().st_size > MAX_FILE_BYTES:
-                self._set_aside(ValueError(f"larger than {MAX_FILE_BYTES} bytes"))
-                return {}
-            raw = self.path.read_bytes()
+            raw = read_limited(self.path, MAX_FILE_BYTES)
         except FileNotFoundError:
+            return {}
+        except FileRefused as error:  # a FIFO, /dev/zero, a folder, too large: not ours
+            self._set_aside(error)
             return {}
         except OSError as error:
             warn_once(f"{self.path}: unreadable ({error}); ignored", stacklevel=3)
@@ -293,8 +304,7 @@ class DeviceCache:
         `replacing`: params whose stored timing `entry` supersedes (a tuner's own
         provisional bests, timed again at its end): they never keep `entry` out.
         """
-        self.folder.mkdir(parents=True, exist_ok=True)
-        with filelock.FileLock(str(self.path) + ".lock"):
+        with locked(self.path, "cache_dir"):
             self._remove_stale_temps()
             data = self._load() or {}
             entries = data.get("entries", {})
@@ -312,6 +322,12 @@ class DeviceCache:
             }
             self._write_atomic(data)
         return True
+
+    def check_writable(self, field: str = "cache_dir") -> None:
+        """Take the file's lock once: a lock that cannot be taken fails now, before any
+        tuning, rather than when the first result is stored."""
+        with locked(self.path, field):
+            pass
 
     def _remove_stale_temps(self) -> None:
         """Temp files are made only under the lock: one seen while we hold it was left by a
@@ -334,6 +350,35 @@ class DeviceCache:
     def _replace(self, temp: str) -> None:
         """The written temp file becomes the cache file, whole or not at all."""
         os.replace(temp, self.path)
+
+
+@contextlib.contextmanager
+def locked(path: Path, field: str, error=CacheError):
+    """Hold `path`.lock (made with its folder if missing), or raise `error` naming it: a
+    lock that is a symlink or not a file (never followed), cannot be made, or stays held."""
+    lock = path.with_name(path.name + ".lock")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if lock.is_symlink() or (lock.exists() and not lock.is_file()):
+            raise error(
+                field,
+                f"lock file {lock} cannot be used: it is a symlink, a folder or a special "
+                "file; remove it",
+            )
+        held = filelock.FileLock(str(lock), timeout=LOCK_TIMEOUT_S)
+        held.acquire()
+    except filelock.Timeout:  # (an OSError too: first)
+        raise error(
+            field,
+            f"lock file {lock} was not released in {LOCK_TIMEOUT_S:g} s (held by another "
+            "process, or it cannot be made)",
+        ) from None
+    except OSError as reason:
+        raise error(field, f"lock file {lock} cannot be used: {reason}") from None
+    try:
+        yield
+    finally:
+        held.release()
 
 
 def is_current(entry: Entry) -> bool:
@@ -375,8 +420,9 @@ def today() -> str:
 # --- merging the caches of several machines -------------------------------------------
 
 
-class MergeError(ValueError):
-    """Cache files that cannot be merged: not cache files, or of different devices."""
+class MergeError(ArgumentError):
+    """Cache files that cannot be merged (not cache files, or of different devices:
+    `field` "paths"), or an `out` that cannot be written (`field` "out")."""
 
 
 @dataclass
@@ -395,21 +441,26 @@ def merge(paths: Sequence[Path | str], out: Path | str) -> MergeReport:
     changed; `out` may be one of them, otherwise it must not exist yet."""
     paths = [Path(p) for p in paths]
     if not paths:
-        raise MergeError("no cache files to merge")
+        raise MergeError("paths", "no cache files to merge")
+    if not isinstance(out, str | os.PathLike) or not str(out):  # '' is not "here"
+        raise MergeError("out", f"out must be a file or folder path, got {out!r:.60}")
+    out = Path(out)
+    # its folder is checked (and made) as tune checks its cache folder, before any work
+    check_folder("out", out if out.is_dir() else out.parent, writable=True, error=MergeError)
     headers = [_merge_header(p) for p in paths]
     for path, header in zip(paths[1:], headers[1:], strict=True):
         for part in ("fingerprint", "versions"):
             if header[part] != headers[0][part]:
                 raise MergeError(
+                    "paths",
                     f"{path} and {paths[0]} are of different devices ({part} "
-                    f"{header[part]} vs {headers[0][part]}); merge only one device's files"
+                    f"{header[part]} vs {headers[0][part]}); merge only one device's files",
                 )
     fingerprint, versions = headers[0]["fingerprint"], headers[0]["versions"]
-    out = Path(out)
     if out.is_dir():
         out = out / device_file_name(fingerprint, versions)
     if out.exists() and not any(out.resolve() == p.resolve() for p in paths):
-        raise MergeError(f"{out} exists; name it among the inputs to merge into it")
+        raise MergeError("out", f"{out} exists; name it among the inputs to merge into it")
     merged: dict[tuple, Entry] = {}  # slot -> the fastest current entry
     conflicts, skipped = set(), 0
     for path, header in zip(paths, headers, strict=True):
@@ -429,8 +480,7 @@ def merge(paths: Sequence[Path | str], out: Path | str) -> MergeReport:
                 merged[entry.key.slot] = entry
     target = DeviceCache(out.parent, fingerprint, versions)
     target.path = out
-    target.folder.mkdir(parents=True, exist_ok=True)
-    with filelock.FileLock(str(out) + ".lock"):
+    with locked(out, "out", MergeError):
         target._write_atomic(
             {
                 "schema": SCHEMA,
@@ -445,9 +495,7 @@ def merge(paths: Sequence[Path | str], out: Path | str) -> MergeReport:
 def _merge_header(path: Path) -> dict:
     """A merge input's parsed top level, checked as the cache checks its own file."""
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise ValueError(f"larger than {MAX_FILE_BYTES} bytes")
-        data = json.loads(path.read_bytes().decode())
+        data = json.loads(read_limited(path, MAX_FILE_BYTES).decode())
         if not isinstance(data, dict) or set(data) != {
             "schema",
             "fingerprint",
@@ -465,5 +513,5 @@ def _merge_header(path: Path) -> dict:
         if not isinstance(data["entries"], dict):
             raise ValueError("entries is not an object")
     except (OSError, ValueError, RecursionError) as error:
-        raise MergeError(f"{path}: {str(error)[:200]}") from None
+        raise MergeError("paths", f"{path}: {str(error)[:200]}") from None
     return data

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
+import secrets
+import warnings
 from pathlib import Path
 
 from . import __version__ as autotune_version
@@ -26,6 +29,10 @@ from .verify import verify
 
 FORMAT = 2  # 2: `passes` and `buffers` (launch plans), workspaces allocated by createGemm
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,99}")  # fullmatch: `$` passes "x\n"
+
+
+class ExportWarning(UserWarning):
+    """export() replaced files of an earlier bundle (the message names them)."""
 
 
 class ExportError(ArgumentError):
@@ -227,10 +234,44 @@ def export(kernel: Kernel, out_dir: str | Path, name: str | None = None) -> dict
         wgsl_json=json.dumps(wgsl),
         **data["shape"],
     )
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"wgsl": out / f"{name}.wgsl", "json": out / f"{name}.json", "js": out / f"{name}.js"}
-    paths["wgsl"].write_text(wgsl)
-    paths["json"].write_text(json.dumps(data, indent=1) + "\n")
-    paths["js"].write_text(module)
+    texts = {"wgsl": wgsl, "json": json.dumps(data, indent=1) + "\n", "js": module}
+    return _write_bundle(Path(out_dir), name, texts)
+
+
+def _write_bundle(out: Path, name: str, texts: dict[str, str]) -> dict[str, Path]:
+    """Write out/NAME.<kind> for each text; warn (ExportWarning) with the files replaced.
+
+    Never through a symlink (an existing one could point anywhere, e.g. outside `out`)
+    nor over a folder or special file: each is refused before anything is written. Each
+    file is written whole to a temp file in `out` and renamed over its name, so a reader
+    sees the old bundle file or the new one, and a link swapped in meanwhile is replaced,
+    not followed.
+    """
+    paths = {kind: out / f"{name}.{kind}" for kind in texts}
+    replaced = []
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for path in paths.values():
+            if path.is_symlink() or (path.exists() and not path.is_file()):
+                raise ExportError(
+                    "out_dir",
+                    f"{path} exists and is not a regular file (a symlink, folder or special "
+                    "file); nothing written",
+                )
+            replaced += [path] if path.exists() else []
+        for kind, path in paths.items():
+            temp = out / f".{path.name}.{secrets.token_hex(6)}.tmp"
+            try:  # (O_EXCL: never through a link; 0o666 less the umask, as write_text)
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                with open(os.open(temp, flags, 0o666), "w", encoding="utf-8") as file:
+                    file.write(texts[kind])
+                os.replace(temp, path)
+            finally:
+                temp.unlink(missing_ok=True)
+    except OSError as error:
+        raise ExportError("out_dir", f"out_dir {str(out)!r} cannot be written: {error}") from None
+    if replaced:
+        warnings.warn(
+            f"replaced the earlier {', '.join(map(str, replaced))}", ExportWarning, stacklevel=3
+        )
     return paths

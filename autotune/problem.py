@@ -299,11 +299,11 @@ def problems_from_file(path, dtype: str = "f32", **variant) -> list[Problem]:
     import tomllib
     from pathlib import Path
 
+    from .files import read_limited
+
     path = Path(path)
-    try:
-        if path.stat().st_size > MAX_PROBLEMS_FILE_BYTES:
-            raise ProblemError(f"{path} is larger than {MAX_PROBLEMS_FILE_BYTES} bytes")
-        text = path.read_text()
+    try:  # a regular file (not /dev/zero, not a FIFO), read at most to the limit
+        text = read_limited(path, MAX_PROBLEMS_FILE_BYTES).decode()
         data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except (OSError, ValueError, RecursionError) as error:  # decode errors are ValueErrors
         raise ProblemError(f"{path}: {str(error)[:200]}") from None

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from .data import template_sources
+from .files import read_limited
 from .plan import MAX_PASSES, MAX_WORKSPACES, Plan, make_plan
 from .problem import Problem, ProblemError
 
@@ -490,9 +491,16 @@ def load_space(template: str) -> Space:
     return _load_space(template, path, stat.st_mtime_ns, stat.st_size)
 
 
+MAX_SPACE_FILE_BYTES = 2**20  # ours are a few KiB
+
+
 @functools.lru_cache(maxsize=64)
 def _load_space(template: str, path: Path, mtime_ns: int, size: int) -> Space:
-    return Space.from_toml(path.read_text(), template)
+    try:  # a user's template folder may hold anything named *.toml: a FIFO, a link
+        text = read_limited(path, MAX_SPACE_FILE_BYTES).decode()
+    except (OSError, ValueError) as error:
+        raise SpaceError(f"{path}: {error}") from None
+    return Space.from_toml(text, template)
 
 
 def check_runnable(problem: Problem, limits: Mapping[str, int], templates) -> None:

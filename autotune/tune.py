@@ -257,6 +257,7 @@ def tune_problem(problem: Problem, options: TuneOptions) -> TuneResult:
     store = cache.DeviceCache(
         o.cache_dir or cache.default_cache_dir(), gpu.fingerprint.as_dict(), versions()
     )
+    store.check_writable()  # a lock that cannot be taken fails now, not after a trial
     with Worker(gpu.fingerprint.as_dict(), candidate_timeout=o.candidate_timeout) as worker:
         # one float64 reference, in the worker, for the baseline and the search
         worker.prepare(problem, reference_seed(o.seed), o.checks)

@@ -31,6 +31,10 @@ def faulty(mode: int) -> Config:
     return Config.make("faulty", {"MODE": mode})
 
 
+# what a worker process runs: autotune's own, or the one with faults planted
+WORKER_ENTRIES = (b"from autotune.worker import main", b"from faults import main")
+
+
 def workers_of_this_process() -> list[int]:
     """Live worker processes started by this test process (Linux /proc)."""
     found = []
@@ -40,7 +44,7 @@ def workers_of_this_process() -> list[int]:
             command = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        is_worker = b"import main" in command and b"-c" in command
+        is_worker = any(entry in command for entry in WORKER_ENTRIES)
         if int(status[1]) == os.getpid() and status[0] != "Z" and is_worker:
             found.append(int(pid))
     return found

@@ -164,6 +164,7 @@ def test_numpy_integers_are_sizes():
         (dict(seed=GIANT), "seed"),
         (dict(seed=np.bool_(False)), "seed"),
         (dict(compile_ahead=HUGE), "compile_ahead"),
+        (dict(cache_dir=GIANT), "cache_dir"),
         (dict(checks=np.array([True, False])), "checks"),
         (dict(templates=[["naive"]]), "template"),
         (dict(templates=np.array(["naive", "tiled"])), "template"),
