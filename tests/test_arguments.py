@@ -29,6 +29,7 @@ TUNE = [
     (dict(storage="nosuchdb://x"), "storage", "storage 'nosuchdb://x' cannot be opened"),
     (dict(cache_dir="FILE"), "cache_dir", "exists and is not a folder"),
     (dict(cache_dir=42), "cache_dir", "cache_dir must be a folder path, got 42"),
+    (dict(cache_dir="a\0b"), "cache_dir", "cache_dir 'a\\x00b' contains a NUL character"),
     (dict(seed="1"), "seed", "seed must be an integer or None, got '1'"),
     (dict(seed=-1), "seed", "seed must be from 0 to 2**32 - 1, got -1"),
     (dict(gpu="llvmpipe"), "gpu", "gpu must be an autotune.Gpu or None, got str"),
@@ -65,6 +66,7 @@ LOOKUP = [
     (dict(portable=1), "portable", "portable must be True or False, got 1"),
     (dict(cache_dir="FILE"), "cache_dir", "exists and is not a folder"),
     (dict(gpu=object()), "gpu", "gpu must be an autotune.Gpu or None, got object"),
+    (dict(cache_dir="a\0b"), "cache_dir", "cache_dir 'a\\x00b' contains a NUL character"),
     (dict(layout="TN"), (ProblemError, "layout"), "layout 'TN' is not supported"),
     (dict(batch=1.5), (ProblemError, "batch"), "batch must be an integer >= 1, got 1.5"),
     (dict(epilogue=["bias", "bias"]), (ProblemError, "epilogue"), "repeats an operation"),
@@ -100,6 +102,7 @@ EXPORT = [
     (dict(name=7), "name", "name 7 must be a letter"),
     (dict(out_dir="FILE"), "out_dir", "exists and is not a folder"),
     (dict(out_dir=None), "out_dir", "out_dir must be a folder path, got None"),
+    (dict(out_dir="a\0b"), "out_dir", "out_dir 'a\\x00b' contains a NUL character"),
 ]
 
 
@@ -182,6 +185,9 @@ CLI = [
     (["tune", "--shape", "4x4x4", "--sampler", "magic"], "argument --sampler: invalid choice"),
     (["tune", "--shape", "4x4x4", "--storage", "nosuchdb://x"], "argument --storage: storage"),
     (["tune", "--shape", "4x4x4", "--cache", "FILE"], "argument --cache: cache_dir '"),
+    (["tune", "--shape", "4x4x4", "--cache", "a\0b"], "--cache: cache_dir 'a\\x00b' contains"),
+    (["tune", "--shape", "4x4x4", "--shapes-from", ""], "argument --shapes-from: "),
+    (["tune", "--shapes-from", "no\nfile\u2028"], "argument --shapes-from: no\\nfile\\u2028"),
     (["tune", "--shape", "4x4x4", "--seed", "x"], "argument --seed: invalid int value: 'x'"),
     (["tune", "--shape", "4x4x4", "--frobnicate"], "unrecognized arguments: --frobnicate"),
     (["tune"], "argument --shape: required: give --shape MxNxK (repeatable), --shapes-from F"),
@@ -219,11 +225,15 @@ CLI = [
     (["lookup", "--shape", "4x4x4", "--cache", "FILE"], "argument --cache: cache_dir '"),
     (["lookup"], "the following arguments are required: --shape"),
     (["export", "--shape", "4x4x4", "--out", "FILE"], "argument --out: out_dir '"),
+    (["export", "--shape", "4x4x4", "--out", "a\0b"], "--out: out_dir 'a\\x00b' contains"),
     (["export", "--shape", "4x4x4"], "the following arguments are required: --out"),
     (["export", "--shape", "x", "--out", "d"], "argument --shape: shape 'x' is not of the form"),
     (["export", "--shape", "4x4x4", "--out", "d", "--trials", "0"], "argument --trials: must"),
     (["demo", "--shape", "0x1x1"], "argument --shape: M must be >= 1, got 0"),
+    (["demo", "--shape", ""], "argument --shape: shape '' is not of the form MxNxK"),
+    (["lookup", "--shape", ""], "argument --shape: shape '' is not of the form MxNxK"),
     (["devices", "extra"], "unrecognized arguments: extra"),
+    (["devices", "a\nb", "c\rd"], "unrecognized arguments: a\\nb c\\rd"),  # one line
     (["frobnicate"], "argument command: invalid choice: 'frobnicate'"),
     ([], "the following arguments are required: command"),
 ]
