@@ -57,6 +57,8 @@ def check_folder(field: str, value: object, *, writable: bool, error=ArgumentErr
         return None
     if not isinstance(value, str | os.PathLike) or not str(value):
         raise error(field, f"{field} must be a folder path, got {value!r:.60}")
+    if "\0" in str(value):  # no file name has one (Python raises a bare ValueError)
+        raise error(field, f"{field} {value!r:.60} contains a NUL character")
     folder = Path(value)
     if folder.exists() and not folder.is_dir():
         raise error(field, f"{field} {str(folder)!r} exists and is not a folder")

@@ -492,6 +492,8 @@ def merge(paths: Sequence[Path | str], out: Path | str) -> MergeReport:
                     f"{header[part]} vs {headers[0][part]}); merge only one device's files"
                 )
     fingerprint, versions = headers[0]["fingerprint"], headers[0]["versions"]
+    if "\0" in str(out):  # no file name has one (Python raises a bare ValueError)
+        raise MergeError(f"out {str(out)!r:.80} contains a NUL character")
     out = Path(out)
     if out.is_dir():
         out = out / device_file_name(fingerprint, versions)

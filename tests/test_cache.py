@@ -335,3 +335,11 @@ def test_out_that_exists_must_be_an_input(tmp_path, capsys):
     out.write_text("{}")
     assert main(["cache", "merge", str(a), "--out", str(out)]) == 2
     assert "exists" in capsys.readouterr().err and out.read_text() == "{}"
+
+
+def test_merge_out_with_a_nul_character_is_refused(tmp_path):
+    a = machine_file(tmp_path / "a", entry())
+    for out in (tmp_path / "m\0.json", f"{tmp_path}/d\0/m.json"):
+        with pytest.raises(cache.MergeError, match="contains a NUL character"):
+            cache.merge([a], out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]
