@@ -19,6 +19,8 @@ from .problem import Problem, ProblemError, check_dtype
 from .render import UNIFORM_SIZE, VARIANT_UNIFORM_SIZE, Shader, bindings, render
 from .space import Config
 
+_F32_MAX = float(np.finfo(np.float32).max)
+
 
 def _array(name: str, value: object, ndims: tuple[int, ...]) -> np.ndarray:
     if not isinstance(value, np.ndarray):
@@ -73,6 +75,8 @@ def check_operands(
             raise ProblemError(f"{name} must be a number, got {value!r:.40}", name)
         if not np.isfinite(value):
             raise ProblemError(f"{name} must be finite, got {value}", name)
+        if abs(value) > _F32_MAX:  # the kernels get alpha and beta as f32: it would be inf
+            raise ProblemError(f"{name} must be within f32's range (3.4e38), got {value}", name)
     if activation not in (None, "relu", "gelu"):
         raise ProblemError(
             f"activation {activation!r:.40} is unknown; known: relu, gelu (or None)", "activation"
