@@ -201,9 +201,14 @@ def export(kernel: Kernel, out_dir: str | Path, name: str | None = None) -> dict
         **data["shape"],
     )
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     paths = {"wgsl": out / f"{name}.wgsl", "json": out / f"{name}.json", "js": out / f"{name}.js"}
-    paths["wgsl"].write_text(wgsl)
-    paths["json"].write_text(json.dumps(data, indent=1) + "\n")
-    paths["js"].write_text(module)
+    try:  # out_dir may lie below a file, or a bundle's name be a folder's already
+        out.mkdir(parents=True, exist_ok=True)
+        paths["wgsl"].write_text(wgsl)
+        paths["json"].write_text(json.dumps(data, indent=1) + "\n")
+        paths["js"].write_text(module)
+    except OSError as error:
+        raise ExportError(
+            "out_dir", f"out_dir {str(out)!r:.80} cannot be written: {error}"
+        ) from None
     return paths
