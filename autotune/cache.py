@@ -274,7 +274,7 @@ def _parse_key(text: str) -> Key:
         parts[3],
     ):
         raise ValueError(f"key {text[:120]!r} is not in canonical form")
-    return Key(
+    key = Key(
         template,
         digest,
         checks == "checks",
@@ -289,6 +289,9 @@ def _parse_key(text: str) -> Key:
         problem.epilogue,
         problem.accumulate,
     )
+    if str(key) != text:  # one text per key: "...:1x1x1:b1:none" is "...:1x1x1"
+        raise ValueError(f"key {text[:120]!r} is not in canonical form {str(key)!r}")
+    return key
 
 
 def device_file_name(fingerprint: dict, versions: dict) -> str:

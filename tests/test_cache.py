@@ -202,6 +202,10 @@ def test_bad_entries_are_skipped_not_served(tmp_path, mangle):
         "blocked:h:checks:f32:nn:anywhere:1x1x1",
         "blocked:h:maybe:f32:nn:device:1x1x1",
         "blocked:h:checks:f64:nn:device:1x1x1",
+        # one text per key: these parse to a key whose text is another
+        "blocked:0123456789abcdef:checks:f32:nn:device:1x1x1:b1:none",
+        "blocked:0123456789abcdef:checks:f32:nn:device:032x32x32",
+        "blocked:0123456789abcdef:checks:f32:nn:device:\uff132x32x32",
     ],
 )
 def test_malformed_keys_are_refused(key):
