@@ -26,6 +26,7 @@ from rich.table import Table
 
 from . import device as device_module
 from .arguments import ArgumentError, check_folder
+from .data import BUILT_IN
 from .problem import (
     ACCUMULATE,
     DTYPES,
@@ -486,7 +487,9 @@ def _lookup(args, problems, console: Console) -> int:
 
 
 def _export(args, problems, console: Console) -> int:
-    from .export import export
+    import warnings
+
+    from .export import ExportWarning, export
     from .lookup import lookup
     from .tune import tune
 
@@ -502,7 +505,16 @@ def _export(args, problems, console: Console) -> int:
                 kernel = lookup(**common, portable=True)
         except ProblemError as error:
             raise UsageError(f"argument {_option(error.field)}: {error}") from None
-        paths = export(kernel, args.out)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ExportWarning)
+            paths = export(kernel, args.out)
+        for warning in caught:  # what it replaced, as a line; any other warning as usual
+            if issubclass(warning.category, ExportWarning):
+                console.print(f"{problem.shape}: {warning.message}", soft_wrap=True)
+            else:
+                warnings.showwarning(
+                    warning.message, warning.category, warning.filename, warning.lineno
+                )
         console.print(
             f"{problem.shape}: {kernel.config} ({kernel.source}) -> "
             + ", ".join(str(p) for p in paths.values())
@@ -541,7 +553,7 @@ def _demo(args, problems, console: Console) -> int:
     table = Table(title=f"default kernel of each template, {problem.shape}")
     for column in ("template", "config", "lines of WGSL", "compile", "error", "GFLOP/s"):
         table.add_column(column)
-    for template in ("naive", "tiled", "blocked"):
+    for template in reversed(BUILT_IN):  # the tutorial kernels first
         seeds = load_space(template).seed_configs(problem, gpu.limits)
         if not seeds:
             continue
@@ -567,8 +579,9 @@ def _cache(args, problems, console: Console) -> int:
 
     try:
         report = merge(args.files, args.out)
-    except MergeError as error:
-        raise UsageError(f"argument FILE: {error}") from None
+    except MergeError as error:  # an input (FILE) or --out
+        option = "FILE" if error.field == "paths" else _option(error.field)
+        raise UsageError(f"argument {option}: {error}") from None
     console.print(
         f"merged {len(args.files)} files into {report.out}: {report.entries} entries, "
         f"{len(report.conflicts)} keys with different configs (the faster kept), "

@@ -65,8 +65,8 @@ def check_folder(field: str, value: object, *, writable: bool, error=ArgumentErr
     if writable:
         try:
             folder.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise error(field, f"{field} {str(folder)!r} cannot be made: {error}") from None
+        except OSError as reason:  # (not `as error`: that is the class to raise)
+            raise error(field, f"{field} {str(folder)!r} cannot be made: {reason}") from None
         if not os.access(folder, os.W_OK):
             raise error(field, f"{field} {str(folder)!r} is not writable")
     return folder

@@ -1,12 +1,11 @@
 """Cache: the best verified kernel per device and problem, as JSON files on disk.
 
-One file per device: fingerprint + software versions name it, so another GPU, driver or
-wgpu build reads another file. Inside, each entry is keyed by template (name and content
-hash), runtime-check mode, dtype, layout, M, N, K, and for batched or fused problems the
-batch (count, B shared) and the epilogue; a change in any of them is a miss. Keys of
-unbatched problems without an epilogue have the 7 parts they had before those existed:
-`blocked:<hash>:checks:f32:nn:device:MxNxK`; the others add two,
-`...:MxNxK:b8s:bias,gelu` (8 matrices, one B shared; "b1", "none" where absent).
+One file per device: fingerprint + software versions + format name it, so another GPU,
+driver or wgpu build reads another file. Inside, each entry is keyed by the components
+of autotune/key.py (template, kernel identity, check mode, problem, space); a change in
+any of them is a miss. One entry per slot (the key without the kernel identity): the
+fastest stays, and an entry whose config no longer renders the kernel it was measured as
+is stale and never served.
 Writes are atomic (temp file + os.replace) and happen under a file lock, re-reading the
 file first, so concurrent tuners lose nothing. A file that is corrupt or has a newer
 schema is moved aside with a warning and treated as empty.
@@ -14,6 +13,7 @@ schema is moved aside with a warning and treated as empty.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import glob
 import hashlib
@@ -30,18 +30,27 @@ from pathlib import Path
 import filelock
 import platformdirs
 
-from . import faults
+from .arguments import ArgumentError, check_folder
 from .data import data_path, in_checkout
-from .problem import Problem, ProblemError
-from .render import template_hash
-from .space import Config, SpaceError, load_space, template_names
+from .evaluate import REASONS
+from .files import FileRefused, read_limited
+from .key import Key
+from .measure import METHODS
+from .problem import Problem
+from .render import kernel_id
+from .space import Config, SpaceError, load_space
 
-SCHEMA = 1
+SCHEMA = 2  # 2: keys name the kernel identity (key.py) rather than the template text
 CACHE_ENV = "AUTOTUNE_CACHE"
 
 
 class CacheWarning(UserWarning):
     """A cache file could not be used (corrupt, newer schema) and was set aside."""
+
+
+class CacheError(ArgumentError):
+    """A cache file cannot be written (its lock cannot be taken); `field` names the
+    argument that chose its folder."""
 
 
 def default_cache_dir() -> Path:
@@ -56,67 +65,6 @@ def default_cache_dir() -> Path:
 
 def shipped_cache_dir() -> Path:
     return data_path("cache")
-
-
-@dataclass(frozen=True)
-class Key:
-    """Everything inside one device file that can change the answer."""
-
-    template: str
-    template_hash: str
-    checks: bool
-    dtype: str
-    layout: str
-    M: int
-    N: int
-    K: int
-    space: str = "device"  # "device": within the device's limits; "portable": WebGPU's
-    batch: int = 1
-    shared_b: bool = False
-    epilogue: str = "none"
-    accumulate: str = "auto"  # f16 only: pinned accumulation ("f16-acc32" in the text)
-
-    @classmethod
-    def of(cls, problem: Problem, template: str, checks: bool, portable: bool = False) -> Key:
-        return cls(
-            template,
-            template_hash(template),
-            checks,
-            problem.dtype,
-            problem.layout,
-            problem.M,
-            problem.N,
-            problem.K,
-            "portable" if portable else "device",
-            problem.batch,
-            problem.shared_b,
-            problem.epilogue,
-            problem.accumulate,
-        )
-
-    def __str__(self) -> str:
-        checks = "checks" if self.checks else "nochecks"
-        text = (
-            f"{self.template}:{self.template_hash}:{checks}:{self.problem.dtype_text}:{self.layout}:"
-            f"{self.space}:{self.M}x{self.N}x{self.K}"
-        )
-        if self.batch > 1 or self.epilogue != "none":
-            text += f":{self.problem.batch_text}:{self.epilogue}"
-        return text
-
-    @property
-    def problem(self) -> Problem:
-        return Problem(
-            self.M,
-            self.N,
-            self.K,
-            self.dtype,
-            self.layout,
-            self.batch,
-            self.shared_b,
-            self.epilogue,
-            self.accumulate,
-        )
 
 
 @dataclass(frozen=True)
@@ -161,7 +109,7 @@ class Entry:
         unknown = set(data) - _FIELDS
         if unknown:
             raise ValueError(f"unknown fields {sorted(unknown)[:5]}")
-        key = _parse_key(text_key)
+        key = Key.parse(text_key)
         if data.get("key") != text_key:
             raise ValueError("entry key does not match its position")
         params = data.get("params")
@@ -178,8 +126,8 @@ class Entry:
         if baseline is not None:
             baseline = _number("baseline_s", baseline)
         method = data.get("method")
-        if method not in ("timestamp", "wall"):
-            raise ValueError("method must be 'timestamp' or 'wall'")
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {', '.join(METHODS)}")
         failures = data.get("failures", {})
         if not isinstance(failures, dict) or not all(
             k in REASONS and type(v) is int and 0 <= v <= MAX_COUNT for k, v in failures.items()
@@ -189,10 +137,10 @@ class Entry:
         if type(trials) is not int or not 0 <= trials <= MAX_COUNT:
             raise ValueError(f"trials must be an integer from 0 to {MAX_COUNT}")
         date = data.get("date", "")
-        if not isinstance(date, str) or not _DATE.match(date):
+        if not isinstance(date, str) or not _DATE.fullmatch(date):
             raise ValueError("date must be empty or YYYY-MM-DDTHH:MM:SSZ")
         origin = data.get("origin", "")
-        if not isinstance(origin, str) or not _ORIGIN.match(origin):
+        if not isinstance(origin, str) or not _ORIGIN.fullmatch(origin):
             raise ValueError("origin must be up to 200 letters, digits and . _ : @ / -")
         return cls(
             key=key,
@@ -219,11 +167,15 @@ _RANGES = {
 }
 _BASELINE_RANGE = (1e-12, 3600.0)
 _FIELDS = {f.name for f in fields(Entry)}
-REASONS = ("compile", "limits", "wrong", "timeout", "crashed", "device-lost")
 MAX_COUNT = 10**9
-_DATE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z)?$")
-_ORIGIN = re.compile(r"^[\w.:@/-]{0,200}$", re.ASCII)
+# Whole-string patterns, used with fullmatch: `$` also matches before a final "\n", and
+# a date or origin with a line break would end the comment an export writes it into.
+_DATE = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z)?", re.ASCII)
+_ORIGIN = re.compile(r"[\w.:@/-]{0,200}", re.ASCII)
 MAX_FILE_BYTES = 64 * 2**20  # ~100,000 entries; a larger file is not one of ours
+# A write holds its lock for well under a second (a 64 MiB file: a few); a lock held far
+# longer is stuck or not ours, and waiting on it without end would hang the tuner.
+LOCK_TIMEOUT_S = 120.0
 
 
 def _number(name: str, value: object) -> float:
@@ -232,66 +184,6 @@ def _number(name: str, value: object) -> float:
     if type(value) not in (int, float) or not low <= value <= high:
         raise ValueError(f"{name} must be a number from {low:g} to {high:g}")
     return float(value)
-
-
-def _parse_key(text: str) -> Key:
-    parts = text.split(":") if isinstance(text, str) else []
-    if len(parts) not in (7, 9):
-        raise ValueError(f"malformed key {text!r:.120}")
-    template, digest, checks, dtype, layout, space, shape = parts[:7]
-    batch_text, epilogue = parts[7:] if len(parts) == 9 else ("b1", "none")
-    dtype, _, acc = dtype.partition("-acc")
-    accumulate = {"": "auto", "32": "f32", "16": "f16"}.get(acc, acc)
-    batch = re.fullmatch(r"b([1-9][0-9]{0,9})(s?)", batch_text)
-    if not batch:
-        raise ValueError(f"bad batch {batch_text[:20]!r}")
-    if template not in template_names():
-        raise ValueError(f"unknown template {template[:40]!r}")
-    if not re.fullmatch(r"[0-9a-f]{16}", digest):
-        raise ValueError("the template hash must be 16 hex digits")
-    if checks not in ("checks", "nochecks"):
-        raise ValueError(f"bad check mode {checks!r}")
-    if space not in ("device", "portable"):
-        raise ValueError(f"bad space {space!r}")
-    sizes = shape.split("x")
-    if len(sizes) != 3 or not all(s.isdigit() and len(s) < 11 for s in sizes):
-        raise ValueError(f"bad shape {shape!r}")
-    try:
-        problem = Problem(
-            *(int(s) for s in sizes),
-            dtype=dtype,
-            layout=layout,
-            batch=int(batch.group(1)),
-            shared_b=batch.group(2) == "s",
-            epilogue=epilogue,
-            accumulate=accumulate,
-        )
-    except ProblemError as error:
-        raise ValueError(str(error)) from None
-    if (problem.epilogue, problem.batch_text, problem.dtype_text) != (
-        epilogue,
-        batch_text,
-        parts[3],
-    ):
-        raise ValueError(f"key {text[:120]!r} is not in canonical form")
-    key = Key(
-        template,
-        digest,
-        checks == "checks",
-        problem.dtype,
-        problem.layout,
-        problem.M,
-        problem.N,
-        problem.K,
-        space,
-        problem.batch,
-        problem.shared_b,
-        problem.epilogue,
-        problem.accumulate,
-    )
-    if str(key) != text:  # one text per key: "...:1x1x1:b1:none" is "...:1x1x1"
-        raise ValueError(f"key {text[:120]!r} is not in canonical form {str(key)!r}")
-    return key
 
 
 def device_file_name(fingerprint: dict, versions: dict) -> str:
@@ -319,45 +211,49 @@ class DeviceCache:
     # --- reading ---------------------------------------------------------------------
 
     def entries(self) -> dict[str, Entry]:
-        """All valid entries; entries of changed templates are left out (never served)."""
+        """All valid entries, current or stale (is_current tells; only current entries
+        are served as exact, a stale one's config may still be tried as a neighbour)."""
         data = self._load()
         entries = {}
         for text_key, value in data.get("entries", {}).items():
             try:
-                entry = Entry.from_json(text_key, value)
+                entries[text_key] = Entry.from_json(text_key, value)
             except (ValueError, SpaceError) as error:
                 warnings.warn(
                     f"{self.path}: entry {text_key[:80]!r} ignored: {error}",
                     CacheWarning,
                     stacklevel=2,
                 )
-                continue
-            if entry.key.template_hash == template_hash(entry.key.template):
-                entries[text_key] = entry
         return entries
 
     def get(self, key: Key) -> Entry | None:
-        return self.entries().get(str(key))
+        """The current entry of `key`'s slot, if any."""
+        return next(
+            (e for e in self.entries().values() if e.key.slot == key.slot and is_current(e)), None
+        )
 
     def best(self, problem: Problem, checks: bool, accept=None) -> Entry | None:
-        """The fastest entry over all templates for this exact problem and mode (among
-        those `accept(entry)` allows, when given). An f16 problem with its accumulation
-        left to the tuner is also answered by entries tuned with it pinned."""
+        """The fastest current entry over all templates for this exact problem and mode
+        (among those `accept(entry)` allows, when given). An f16 problem with its
+        accumulation left to the tuner is also answered by entries tuned with it pinned."""
         problems = problem.answered_by
         matching = [
             e
             for e in self.entries().values()
-            if e.key.problem in problems and e.key.checks == checks and (not accept or accept(e))
+            if e.key.problem in problems
+            and e.key.checks == checks
+            and (not accept or accept(e))
+            and is_current(e)
         ]
         return min(matching, key=lambda e: e.median_s, default=None)
 
     def _load(self) -> dict:
         try:
-            if self.path.stat().st_size > MAX_FILE_BYTES:
-                self._set_aside(ValueError(f"larger than {MAX_FILE_BYTES} bytes"))
-                return {}
-            raw = self.path.read_bytes()
+            raw = read_limited(self.path, MAX_FILE_BYTES)
         except FileNotFoundError:
+            return {}
+        except FileRefused as error:  # a FIFO, /dev/zero, a folder, too large: not ours
+            self._set_aside(error)
             return {}
         except OSError as error:
             warnings.warn(f"{self.path}: unreadable ({error}); ignored", CacheWarning, stacklevel=3)
@@ -402,14 +298,15 @@ class DeviceCache:
         `replacing`: params whose stored timing `entry` supersedes (a tuner's own
         provisional bests, timed again at its end): they never keep `entry` out.
         """
-        self.folder.mkdir(parents=True, exist_ok=True)
-        with filelock.FileLock(str(self.path) + ".lock"):
+        with locked(self.path, "cache_dir"):
             self._remove_stale_temps()
             data = self._load() or {}
             entries = data.get("entries", {})
-            old = entries.get(str(entry.key))
-            if isinstance(old, dict) and _is_faster(old, entry, replacing):
+            rivals = [text for text in entries if _slot(text) == entry.key.slot]
+            if any(_is_faster(text, entries[text], entry, replacing) for text in rivals):
                 return False
+            for text in rivals:  # one entry per slot: the new one replaces slower or stale ones
+                del entries[text]
             entries[str(entry.key)] = entry.to_json()
             data = {
                 "schema": SCHEMA,
@@ -419,6 +316,12 @@ class DeviceCache:
             }
             self._write_atomic(data)
         return True
+
+    def check_writable(self, field: str = "cache_dir") -> None:
+        """Take the file's lock once: a lock that cannot be taken fails now, before any
+        tuning, rather than when the first result is stored."""
+        with locked(self.path, field):
+            pass
 
     def _remove_stale_temps(self) -> None:
         """Temp files are made only under the lock: one seen while we hold it was left by a
@@ -433,23 +336,69 @@ class DeviceCache:
                 json.dump(data, file, indent=1)
                 file.flush()
                 os.fsync(file.fileno())
-            faults.pause(faults.planned("cache-write"))  # test-only: killed right here
-            os.replace(temp, self.path)
+            self._replace(temp)
         except BaseException:
             Path(temp).unlink(missing_ok=True)
             raise
 
+    def _replace(self, temp: str) -> None:
+        """The written temp file becomes the cache file, whole or not at all."""
+        os.replace(temp, self.path)
 
-def _is_faster(old: dict, new: Entry, replacing: Sequence[dict] = ()) -> bool:
-    """True when the stored entry is another config that measured faster (it stays)."""
+
+@contextlib.contextmanager
+def locked(path: Path, field: str, error=CacheError):
+    """Hold `path`.lock (made with its folder if missing), or raise `error` naming it: a
+    lock that is a symlink or not a file (never followed), cannot be made, or stays held."""
+    lock = path.with_name(path.name + ".lock")
     try:
-        stored = Entry.from_json(str(new.key), old)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if lock.is_symlink() or (lock.exists() and not lock.is_file()):
+            raise error(
+                field,
+                f"lock file {lock} cannot be used: it is a symlink, a folder or a special "
+                "file; remove it",
+            )
+        held = filelock.FileLock(str(lock), timeout=LOCK_TIMEOUT_S)
+        held.acquire()
+    except filelock.Timeout:  # (an OSError too: first)
+        raise error(
+            field,
+            f"lock file {lock} was not released in {LOCK_TIMEOUT_S:g} s (held by another "
+            "process, or it cannot be made)",
+        ) from None
+    except OSError as reason:
+        raise error(field, f"lock file {lock} cannot be used: {reason}") from None
+    try:
+        yield
+    finally:
+        held.release()
+
+
+def is_current(entry: Entry) -> bool:
+    """True while the entry's config still renders the kernel it was measured as."""
+    return entry.key.kernel == kernel_id(entry.config, entry.key.problem)
+
+
+def _slot(text_key: str) -> tuple[str, ...] | None:
+    try:
+        return Key.parse(text_key).slot
+    except ValueError:
+        return None
+
+
+def _is_faster(text_key: str, old: object, new: Entry, replacing: Sequence[dict] = ()) -> bool:
+    """True when a stored entry of `new`'s slot is another current config that measured
+    faster (it stays)."""
+    try:
+        stored = Entry.from_json(text_key, old)
     except (ValueError, SpaceError):
         return False
     return (
         stored.params != new.params
         and stored.params not in replacing
         and stored.median_s < new.median_s
+        and is_current(stored)
     )
 
 
@@ -465,44 +414,50 @@ def today() -> str:
 # --- merging the caches of several machines -------------------------------------------
 
 
-class MergeError(ValueError):
-    """Cache files that cannot be merged: not cache files, or of different devices."""
+class MergeError(ArgumentError):
+    """Cache files that cannot be merged (not cache files, or of different devices:
+    `field` "paths"), or an `out` that cannot be written (`field` "out")."""
 
 
 @dataclass
 class MergeReport:
     out: Path
     entries: int  # in the merged file
-    conflicts: list[str]  # keys where the inputs held different configs (the faster kept)
+    conflicts: list[str]  # slots where the inputs held different configs (the faster kept)
     skipped: int  # invalid or stale entries of the inputs, left out
 
 
 def merge(paths: Sequence[Path | str], out: Path | str) -> MergeReport:
     """Merge cache files of one device (e.g. tuned on several identical machines) into
     `out` (a file, or a folder that gets the device's file name): per key the fastest
-    verified entry, with its origin. Files of different devices or software versions are
+    verified current entry, with its origin. Files of different devices or software versions are
     refused: an entry is only meaningful for the device it was timed on. Inputs are never
     changed; `out` may be one of them, otherwise it must not exist yet."""
     paths = [Path(p) for p in paths]
     if not paths:
-        raise MergeError("no cache files to merge")
+        raise MergeError("paths", "no cache files to merge")
+    if not isinstance(out, str | os.PathLike) or not str(out):  # '' is not "here"
+        raise MergeError("out", f"out must be a file or folder path, got {out!r:.60}")
+    if "\0" in str(out):  # no file name has one (Python raises a bare ValueError)
+        raise MergeError("out", f"out {str(out)!r:.80} contains a NUL character")
+    out = Path(out)
+    # its folder is checked (and made) as tune checks its cache folder, before any work
+    check_folder("out", out if out.is_dir() else out.parent, writable=True, error=MergeError)
     headers = [_merge_header(p) for p in paths]
     for path, header in zip(paths[1:], headers[1:], strict=True):
         for part in ("fingerprint", "versions"):
             if header[part] != headers[0][part]:
                 raise MergeError(
+                    "paths",
                     f"{path} and {paths[0]} are of different devices ({part} "
-                    f"{header[part]} vs {headers[0][part]}); merge only one device's files"
+                    f"{header[part]} vs {headers[0][part]}); merge only one device's files",
                 )
     fingerprint, versions = headers[0]["fingerprint"], headers[0]["versions"]
-    if "\0" in str(out):  # no file name has one (Python raises a bare ValueError)
-        raise MergeError(f"out {str(out)!r:.80} contains a NUL character")
-    out = Path(out)
     if out.is_dir():
         out = out / device_file_name(fingerprint, versions)
     if out.exists() and not any(out.resolve() == p.resolve() for p in paths):
-        raise MergeError(f"{out} exists; name it among the inputs to merge into it")
-    merged: dict[str, Entry] = {}
+        raise MergeError("out", f"{out} exists; name it among the inputs to merge into it")
+    merged: dict[tuple, Entry] = {}  # slot -> the fastest current entry
     conflicts, skipped = set(), 0
     for path, header in zip(paths, headers, strict=True):
         source = DeviceCache(path.parent, fingerprint, versions)
@@ -510,24 +465,24 @@ def merge(paths: Sequence[Path | str], out: Path | str) -> MergeReport:
         with warnings.catch_warnings(record=True):  # counted as skipped instead
             warnings.simplefilter("always")
             entries = source.entries()
-        skipped += len(header["entries"]) - len(entries)
-        for text_key, entry in entries.items():
+        current = [e for e in entries.values() if is_current(e)]
+        skipped += len(header["entries"]) - len(current)
+        for entry in current:
             entry = entry if entry.origin else replace(entry, origin=path.name[:200])
-            old = merged.get(text_key)
+            old = merged.get(entry.key.slot)
             if old is not None and old.params != entry.params:
-                conflicts.add(text_key)
+                conflicts.add(":".join(entry.key.slot))
             if old is None or entry.median_s < old.median_s:
-                merged[text_key] = entry
+                merged[entry.key.slot] = entry
     target = DeviceCache(out.parent, fingerprint, versions)
     target.path = out
-    target.folder.mkdir(parents=True, exist_ok=True)
-    with filelock.FileLock(str(out) + ".lock"):
+    with locked(out, "out", MergeError):
         target._write_atomic(
             {
                 "schema": SCHEMA,
                 "fingerprint": fingerprint,
                 "versions": versions,
-                "entries": {k: merged[k].to_json() for k in sorted(merged)},
+                "entries": dict(sorted((str(e.key), e.to_json()) for e in merged.values())),
             }
         )
     return MergeReport(out, len(merged), sorted(conflicts), skipped)
@@ -536,9 +491,7 @@ def merge(paths: Sequence[Path | str], out: Path | str) -> MergeReport:
 def _merge_header(path: Path) -> dict:
     """A merge input's parsed top level, checked as the cache checks its own file."""
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise ValueError(f"larger than {MAX_FILE_BYTES} bytes")
-        data = json.loads(path.read_bytes().decode())
+        data = json.loads(read_limited(path, MAX_FILE_BYTES).decode())
         if not isinstance(data, dict) or set(data) != {
             "schema",
             "fingerprint",
@@ -556,5 +509,5 @@ def _merge_header(path: Path) -> dict:
         if not isinstance(data["entries"], dict):
             raise ValueError("entries is not an object")
     except (OSError, ValueError, RecursionError) as error:
-        raise MergeError(f"{path}: {str(error)[:200]}") from None
+        raise MergeError("paths", f"{path}: {str(error)[:200]}") from None
     return data

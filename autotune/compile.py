@@ -1,8 +1,8 @@
 """Compile: a rendered Shader becomes a compute pipeline on the device.
 
-The bind group layout is explicit (not "auto") and matches render.bindings(problem), the same
-layout the export manifest describes, so a kernel that compiles here binds the same way
-in a browser.
+One pipeline per pass of the launch plan, all on one explicit bind group layout (not
+"auto") made from the plan's bindings: the layout the export manifest describes, so a
+kernel that compiles here binds the same way in a browser.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import wgpu
 
 from .device import Gpu
-from .render import ENTRY_POINT, Shader, bindings
+from .render import Shader
 
 _BUFFER_TYPES = {
     "read-only-storage": wgpu.BufferBindingType.read_only_storage,
@@ -36,23 +36,16 @@ class Compiled:
 
     shader: Shader
     checks: bool  # wgpu's runtime checks on (as in browsers) or off
-    pipeline: object  # wgpu.GPUComputePipeline
+    pipelines: tuple  # wgpu.GPUComputePipeline of each pass, in plan order
     bind_group_layout: object  # wgpu.GPUBindGroupLayout
     seconds: float  # wall time of shader module + pipeline creation
 
 
 def _check_limits(shader: Shader, gpu: Gpu) -> None:
     """Refuse, before wgpu does, a shader that needs more than the device has."""
-    needs = {
-        "max-compute-invocations-per-workgroup": shader.invocations,
-        "max-compute-workgroup-size-x": shader.workgroup_size[0],
-        "max-compute-workgroup-size-y": shader.workgroup_size[1],
-        "max-compute-workgroup-storage-size": shader.workgroup_storage,
-        "max-compute-workgroups-per-dimension": max(shader.dispatch),
-    }
     if shader.problem.dtype == "f16" and "shader-f16" not in gpu.features:
         raise CompileError("limits", f"f16 needs the shader-f16 feature; {gpu.summary} lacks it")
-    for limit, need in needs.items():
+    for limit, need in shader.plan.needs().items():
         if need > gpu.limits[limit]:
             raise CompileError("limits", f"{limit} is {gpu.limits[limit]}, the shader needs {need}")
 
@@ -72,17 +65,21 @@ def create_pipeline(shader: Shader, gpu: Gpu, *, checks: bool = True) -> Compile
         layout = gpu.device.create_bind_group_layout(
             entries=[
                 {
-                    "binding": number,
+                    "binding": binding.number,
                     "visibility": wgpu.ShaderStage.COMPUTE,
-                    "buffer": {"type": _BUFFER_TYPES[kind]},
+                    "buffer": {"type": _BUFFER_TYPES[binding.kind]},
                 }
-                for number, _, kind in bindings(shader.problem)
+                for binding in shader.plan.bindings
             ]
         )
-        pipeline = gpu.device.create_compute_pipeline(
-            layout=gpu.device.create_pipeline_layout(bind_group_layouts=[layout]),
-            compute={"module": module, "entry_point": ENTRY_POINT},
+        pipeline_layout = gpu.device.create_pipeline_layout(bind_group_layouts=[layout])
+        pipelines = tuple(
+            gpu.device.create_compute_pipeline(
+                layout=pipeline_layout,
+                compute={"module": module, "entry_point": step.entry_point},
+            )
+            for step in shader.plan.passes
         )
     except (wgpu.GPUError, RuntimeError) as error:
         raise CompileError("compile", f"{label}: {error}") from error
-    return Compiled(shader, checks, pipeline, layout, time.perf_counter() - start)
+    return Compiled(shader, checks, pipelines, layout, time.perf_counter() - start)

@@ -102,6 +102,12 @@ class Fingerprint:
         return "".join(c if c.isalnum() else "-" for c in text).strip("-")[:80]
 
 
+def one_line(text: str) -> str:
+    """`text` with every run of whitespace, line breaks and other unprintable characters
+    (a driver's strings may hold any) made one space."""
+    return " ".join("".join(c if c.isprintable() else " " for c in text).split())
+
+
 def versions() -> dict:
     """The software versions that can change a kernel's speed or validity."""
     from wgpu.backends.wgpu_native import __version__ as native_version
@@ -160,7 +166,8 @@ class Gpu:
 
     @property
     def summary(self) -> str:
-        return self.adapter.summary
+        """The adapter in words, on one line (it goes into messages and file comments)."""
+        return one_line(self.adapter.summary)
 
     def create_shader_module(self, code: str, *, checks: bool = True, label: str = ""):
         """Compile WGSL, with wgpu's runtime checks (as browsers do) or without them.

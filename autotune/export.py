@@ -9,21 +9,30 @@ shape before anything is written: a wrong kernel is never exported.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
+import os
 import re
+import secrets
+import warnings
 from pathlib import Path
 
 from . import __version__ as autotune_version
 from .arguments import ArgumentError, check_folder
 from .cache import today
+from .compile import CompileError, compile_shader
 from .device import WEBGPU_DEFAULT_LIMITS, versions
 from .kernel import Kernel
-from .render import ENTRY_POINT, bindings, jinja_environment, uniform_layout
+from .plan import uniform_layout
+from .render import jinja_environment
 from .verify import verify
 
-FORMAT = 1
-_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,99}$")
+FORMAT = 2  # 2: `passes` and `buffers` (launch plans), workspaces allocated by createGemm
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,99}")  # fullmatch: `$` passes "x\n"
+
+
+class ExportWarning(UserWarning):
+    """export() replaced files of an earlier bundle (the message names them)."""
 
 
 class ExportError(ArgumentError):
@@ -66,38 +75,33 @@ def computes(problem) -> str:
     return f"C = {text}; {a}, {b}, C is M x N, all row-major{batch}{bias}"
 
 
-def manifest(kernel: Kernel, name: str) -> dict:
-    """The manifest of `kernel`: see the module doc."""
-    shader, problem = kernel.shader, kernel.problem
-    vector = shader.vector_width
+def buffers(kernel: Kernel) -> list[dict]:
+    """The manifest's `buffers`: every binding of the plan, with its size in bytes; the
+    problem's matrices with their element type and shape, workspaces marked as such."""
+    plan, problem = kernel.shader.plan, kernel.problem
+    vector = plan.vector_width
     element = problem.wgsl_type if vector == 1 else f"vec{vector}<{problem.wgsl_type}>"
     shapes = problem.matrix_shapes()
-    # bytes per buffer; WebGPU binds storage in whole 4-byte words (an odd count of f16)
-    sizes = {n: -(-math.prod(shape) * problem.itemsize // 4) * 4 for n, shape in shapes.items()}
-    fields, uniform_size = uniform_layout(problem)
-    binding_list = []
-    for number, binding_name, kind in bindings(problem):
-        entry = {"binding": number, "name": binding_name, "kind": kind}
-        if kind == "uniform":
-            entry.update(type="Dims", size_bytes=uniform_size)
+    described = []
+    for binding in plan.bindings:
+        entry = {"binding": binding.number, "name": binding.name, "kind": binding.kind}
+        entry["size_bytes"] = binding.size
+        if binding.kind == "uniform":
+            entry.update(role="uniform", type="Dims")
+        elif binding.workspace:
+            entry.update(role="workspace")
         else:
-            entry.update(
-                type=f"array<{element}>",
-                element=problem.wgsl_type,
-                vector_width=vector,
-                size_bytes=sizes[binding_name],
-                shape=list(shapes[binding_name]),
-            )
-        binding_list.append(entry)
-    needs = {
-        "max-compute-workgroup-storage-size": shader.workgroup_storage,
-        "max-compute-invocations-per-workgroup": shader.invocations,
-        "max-compute-workgroup-size-x": shader.workgroup_size[0],
-        "max-compute-workgroup-size-y": shader.workgroup_size[1],
-        "max-compute-workgroups-per-dimension": max(shader.dispatch),
-        "max-storage-buffer-binding-size": max(sizes.values()),
-        "max-buffer-size": max(sizes.values()),
-    }
+            entry.update(role="operand", type=f"array<{element}>", element=problem.wgsl_type)
+            entry.update(vector_width=vector, shape=list(shapes[binding.name]))
+        described.append(entry)
+    return described
+
+
+def manifest(kernel: Kernel, name: str) -> dict:
+    """The manifest of `kernel`: see the module doc."""
+    plan, problem = kernel.shader.plan, kernel.problem
+    fields, uniform_size = uniform_layout(problem)
+    needs = plan.needs()
     required = {_camel(k): v for k, v in needs.items() if v > WEBGPU_DEFAULT_LIMITS[k]}
     entry = kernel.entry
     gpu = kernel.gpu
@@ -122,18 +126,24 @@ def manifest(kernel: Kernel, name: str) -> dict:
         **variant,
         "shape": shape,
         "valid_for": [shape | {k: variant[k] for k in ("layout", "batch", "shared_b")}],
-        "entry_point": ENTRY_POINT,
-        "workgroup_size": list(shader.workgroup_size),
-        "dispatch": list(shader.dispatch),
-        "bindings": binding_list,
+        # in order, in one compute pass: each pass sees what the one before it wrote
+        "passes": [
+            {
+                "entry_point": step.entry_point,
+                "workgroup_size": list(step.workgroup_size),
+                "dispatch": list(step.grid),
+            }
+            for step in plan.passes
+        ],
+        "buffers": buffers(kernel),
         "uniform": {
-            "binding": next(n for n, _, kind in bindings(problem) if kind == "uniform"),
+            "binding": plan.binding("dims").number,
             "size": uniform_size,
             "fields": [{"name": f, "offset": o, "type": t} for f, o, t in fields],
         },
         "required_features": ["shader-f16"] if problem.dtype == "f16" else [],
         "required_limits": required,
-        "workgroup_storage_bytes": shader.workgroup_storage,
+        "workgroup_storage_bytes": plan.workgroup_storage,
         "config": {"template": kernel.config.template, "params": kernel.config.as_dict()},
         "provenance": {
             "source": kernel.source,
@@ -154,44 +164,67 @@ def _template(name: str):
     return jinja_environment().get_template(name)
 
 
-def export(kernel: Kernel, out_dir: str | Path, name: str | None = None) -> dict[str, Path]:
-    """Write NAME.wgsl, NAME.json and NAME.js for `kernel` into `out_dir`; return the paths."""
-    if not isinstance(kernel, Kernel):
-        raise ExportError("kernel", f"kernel must be an autotune.Kernel, got {kernel!r:.60}")
-    name = name or default_name(kernel)
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise ExportError(
-            "name", f"name {name!r:.60} must be a letter then letters, digits, '_' or '-'"
-        )
-    check_folder("out_dir", out_dir, writable=False, error=ExportError)
-    if out_dir is None:
-        raise ExportError("out_dir", "out_dir must be a folder path, got None")
-    verdict = verify(kernel.compiled, kernel.gpu)
-    if not verdict.ok:
-        raise ExportError(
-            "kernel", f"{kernel.config} is wrong at {kernel.problem}: {verdict.reason}"
-        )
-    data = manifest(kernel, name)
+def _one_line(what: str, value: object) -> str:
+    """`value` as text for a `//` comment, refused if it has a line break: WGSL ends a
+    comment at LF, VT, FF, CR, NEL, U+2028 and U+2029, and str.splitlines splits at each."""
+    text = str(value)
+    if text.splitlines() not in ([], [text]):
+        raise ExportError("kernel", f"the kernel's {what} {text!r:.60} has a line break")
+    return text
+
+
+def _with_header(kernel: Kernel, data: dict, name: str) -> str:
+    """The kernel's WGSL with the comment header that says what it is and where from."""
     provenance = data["provenance"]
     header = _template("_export_header.wgsl.j2").render(
         name=name,
         computes=None if kernel.problem.plain else data["computes"],
         dtype=kernel.problem.dtype,
-        config=str(kernel.config),
-        dispatch=data["dispatch"],
-        workgroup_size=data["workgroup_size"],
-        source=kernel.source,
-        device=provenance["device"],
+        config=_one_line("config", kernel.config),
+        passes=data["passes"],
+        source=_one_line("source", kernel.source),
+        device=_one_line("device", provenance["device"]),
         gflops=provenance["gflops"],
         checks=kernel.checks,
-        date=provenance["tuned_on"],
+        date=_one_line("date", provenance["tuned_on"] or ""),
         version=autotune_version,
         **data["shape"],
     )
     wgsl = kernel.wgsl
     # `enable` must come before any declaration: the header goes after it
     enable = re.match(r"(enable [^;]*;\n)", wgsl)
-    wgsl = (enable[1] + header + wgsl[enable.end() :]) if enable else header + wgsl
+    return (enable[1] + header + wgsl[enable.end() :]) if enable else header + wgsl
+
+
+def _verify_text(kernel: Kernel, wgsl: str) -> None:
+    """Compile exactly `wgsl` as a browser does (runtime checks on) and verify it at the
+    kernel's shape on its device; refuse the export otherwise."""
+    shader = dataclasses.replace(kernel.shader, wgsl=wgsl)
+    try:
+        verdict = verify(compile_shader(shader, kernel.gpu, checks=True), kernel.gpu)
+    except CompileError as error:
+        raise ExportError("kernel", f"the WGSL to write does not compile: {error}") from error
+    if not verdict.ok:
+        raise ExportError(
+            "kernel", f"{kernel.config} is wrong at {kernel.problem}: {verdict.reason}"
+        )
+
+
+def export(kernel: Kernel, out_dir: str | Path, name: str | None = None) -> dict[str, Path]:
+    """Write NAME.wgsl, NAME.json and NAME.js for `kernel` into `out_dir`; return the paths."""
+    if not isinstance(kernel, Kernel):
+        raise ExportError("kernel", f"kernel must be an autotune.Kernel, got {kernel!r:.60}")
+    name = name or default_name(kernel)
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ExportError(
+            "name", f"name {name!r:.60} must be a letter then letters, digits, '_' or '-'"
+        )
+    check_folder("out_dir", out_dir, writable=False, error=ExportError)
+    if out_dir is None:
+        raise ExportError("out_dir", "out_dir must be a folder path, got None")
+    data = manifest(kernel, name)
+    wgsl = _with_header(kernel, data, name)
+    _verify_text(kernel, wgsl)  # the text written, header included, before any file
     module = _template("_export.js.j2").render(
         name=name,
         computes=data["computes"],
@@ -200,15 +233,44 @@ def export(kernel: Kernel, out_dir: str | Path, name: str | None = None) -> dict
         wgsl_json=json.dumps(wgsl),
         **data["shape"],
     )
-    out = Path(out_dir)
-    paths = {"wgsl": out / f"{name}.wgsl", "json": out / f"{name}.json", "js": out / f"{name}.js"}
-    try:  # out_dir may lie below a file, or a bundle's name be a folder's already
+    texts = {"wgsl": wgsl, "json": json.dumps(data, indent=1) + "\n", "js": module}
+    return _write_bundle(Path(out_dir), name, texts)
+
+
+def _write_bundle(out: Path, name: str, texts: dict[str, str]) -> dict[str, Path]:
+    """Write out/NAME.<kind> for each text; warn (ExportWarning) with the files replaced.
+
+    Never through a symlink (an existing one could point anywhere, e.g. outside `out`)
+    nor over a folder or special file: each is refused before anything is written. Each
+    file is written whole to a temp file in `out` and renamed over its name, so a reader
+    sees the old bundle file or the new one, and a link swapped in meanwhile is replaced,
+    not followed.
+    """
+    paths = {kind: out / f"{name}.{kind}" for kind in texts}
+    replaced = []
+    try:
         out.mkdir(parents=True, exist_ok=True)
-        paths["wgsl"].write_text(wgsl)
-        paths["json"].write_text(json.dumps(data, indent=1) + "\n")
-        paths["js"].write_text(module)
+        for path in paths.values():
+            if path.is_symlink() or (path.exists() and not path.is_file()):
+                raise ExportError(
+                    "out_dir",
+                    f"{path} exists and is not a regular file (a symlink, folder or special "
+                    "file); nothing written",
+                )
+            replaced += [path] if path.exists() else []
+        for kind, path in paths.items():
+            temp = out / f".{path.name}.{secrets.token_hex(6)}.tmp"
+            try:  # (O_EXCL: never through a link; 0o666 less the umask, as write_text)
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                with open(os.open(temp, flags, 0o666), "w", encoding="utf-8") as file:
+                    file.write(texts[kind])
+                os.replace(temp, path)
+            finally:
+                temp.unlink(missing_ok=True)
     except OSError as error:
-        raise ExportError(
-            "out_dir", f"out_dir {str(out)!r:.80} cannot be written: {error}"
-        ) from None
+        raise ExportError("out_dir", f"out_dir {str(out)!r} cannot be written: {error}") from None
+    if replaced:
+        warnings.warn(
+            f"replaced the earlier {', '.join(map(str, replaced))}", ExportWarning, stacklevel=3
+        )
     return paths

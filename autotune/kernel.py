@@ -12,13 +12,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import wgpu
 
-from .arguments import check_flag
+from .arguments import ArgumentError, check_flag
 from .compile import Compiled, compile_shader
 from .device import Gpu, get_gpu
+from .plan import uniform_layout
 from .problem import Problem, ProblemError, check_dtype
-from .render import UNIFORM_SIZE, VARIANT_UNIFORM_SIZE, Shader, bindings, render
+from .render import Shader, render
 from .space import Config
 
+SOURCES = ("exact", "nearest", "default")  # where a Kernel's config came from
 _F32_MAX = float(np.finfo(np.float32).max)
 
 
@@ -145,14 +147,14 @@ def _storage(gpu: Gpu, data: np.ndarray, extra=0):
 
 
 def uniform_bytes(problem: Problem, alpha: float = 1.0, beta: float = 0.0) -> np.ndarray:
-    """The uniform block (render.uniform_layout): sizes, and alpha, beta for variants."""
-    if problem.plain:
-        data = np.array([problem.M, problem.N, problem.K, 0], dtype=np.uint32)
-        assert data.nbytes == UNIFORM_SIZE
-        return data
-    data = np.array([problem.M, problem.N, problem.K, problem.batch, 0, 0, 0, 0], np.uint32)
-    data[4:6] = np.array([alpha, beta], np.float32).view(np.uint32)
-    assert data.nbytes == VARIANT_UNIFORM_SIZE
+    """The uniform block (plan.uniform_layout): the sizes, and alpha and beta."""
+    fields, size = uniform_layout(problem)
+    values = {"M": problem.M, "N": problem.N, "K": problem.K, "batch": problem.batch}
+    values |= {"alpha": alpha, "beta": beta}
+    data = np.zeros(size // 4, np.uint32)
+    for name, offset, kind in fields:
+        number = np.array([values.get(name, 0)], np.float32 if kind == "f32" else np.uint32)
+        data[offset // 4] = number.view(np.uint32)[0]
     return data
 
 
@@ -170,43 +172,46 @@ class Bound:
         cls,
         compiled: Compiled,
         gpu: Gpu,
-        A: np.ndarray,
-        B: np.ndarray,
-        C: np.ndarray,
-        bias: np.ndarray | None = None,
+        arrays: dict[str, np.ndarray],
         alpha: float = 1.0,
         beta: float = 0.0,
     ):
-        """Upload the operands (C: its starting contents; bias: zeros when not given)."""
-        problem = compiled.shader.problem
-        buffers = {
-            "A": _storage(gpu, A),
-            "B": _storage(gpu, B),
-            "C": _storage(gpu, C, wgpu.BufferUsage.COPY_SRC),
-            "dims": gpu.device.create_buffer_with_data(
-                data=uniform_bytes(problem, alpha, beta), usage=wgpu.BufferUsage.UNIFORM
-            ),
-        }
-        if "bias" in problem.ops:
-            zeros = np.zeros(problem.N, problem.numpy_dtype)
-            buffers["bias"] = _storage(gpu, zeros if bias is None else bias)
+        """Upload `arrays` (by binding name: A, B, C's starting contents, and bias or a
+        workspace's starting contents when given) and bind every buffer of the plan;
+        a bias not given is zeros, a workspace not given is allocated zeroed."""
+        problem, plan = compiled.shader.problem, compiled.shader.plan
+        buffers = {}
+        for binding in plan.bindings:
+            if binding.kind == "uniform":
+                data = uniform_bytes(problem, alpha, beta)
+                usage = wgpu.BufferUsage.UNIFORM
+                buffers[binding.name] = gpu.device.create_buffer_with_data(data=data, usage=usage)
+            elif binding.name in arrays:
+                extra = wgpu.BufferUsage.COPY_SRC if binding.kind == "storage" else 0
+                buffers[binding.name] = _storage(gpu, arrays[binding.name], extra)
+            else:
+                usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC
+                buffers[binding.name] = gpu.device.create_buffer(size=binding.size, usage=usage)
         bind_group = gpu.device.create_bind_group(
             layout=compiled.bind_group_layout,
             entries=[
-                {"binding": number, "resource": {"buffer": buffers[name]}}
-                for number, name, _ in bindings(problem)
+                {"binding": b.number, "resource": {"buffer": buffers[b.name]}}
+                for b in plan.bindings
             ],
         )
         return cls(compiled, gpu, buffers, bind_group)
 
     def encode(self, encoder, repeats: int = 1, timestamp_writes=None) -> None:
-        """Record one compute pass of `repeats` dispatches."""
+        """Record one compute pass running the whole plan `repeats` times (dispatches in
+        one pass are ordered: each sees what the one before it wrote)."""
         kwargs = {"timestamp_writes": timestamp_writes} if timestamp_writes else {}
         compute = encoder.begin_compute_pass(**kwargs)
-        compute.set_pipeline(self.compiled.pipeline)
         compute.set_bind_group(0, self.bind_group)
+        steps = list(zip(self.compiled.pipelines, self.compiled.shader.plan.passes, strict=True))
         for _ in range(repeats):
-            compute.dispatch_workgroups(*self.compiled.shader.dispatch)
+            for pipeline, step in steps:
+                compute.set_pipeline(pipeline)
+                compute.dispatch_workgroups(*step.grid)
         compute.end()
 
     def run(self, repeats: int = 1) -> None:
@@ -214,12 +219,14 @@ class Bound:
         self.encode(encoder, repeats)
         self.gpu.queue.submit([encoder.finish()])
 
-    def read_c(self) -> np.ndarray:
+    def read(self, name: str = "C") -> np.ndarray:
+        """A buffer's contents as elements of the problem's type (C: in C's shape)."""
         problem = self.compiled.shader.problem
-        data = self.gpu.queue.read_buffer(self.buffers["C"])
+        data = np.frombuffer(self.gpu.queue.read_buffer(self.buffers[name]), problem.numpy_dtype)
+        if name != "C":
+            return data.copy()
         shape = problem.matrix_shapes()["C"]
-        out = np.frombuffer(data, dtype=problem.numpy_dtype)[: math.prod(shape)]
-        return out.reshape(shape).copy()
+        return data[: math.prod(shape)].reshape(shape).copy()
 
     def release(self) -> None:
         for buffer in self.buffers.values():
@@ -244,10 +251,11 @@ def dispatch(
     problem = compiled.shader.problem
     if C is None:
         C = np.full(problem.matrix_shapes()["C"], fill, dtype=problem.numpy_dtype)
-    bound = Bound.make(compiled, gpu, A, B, C, bias, alpha, beta)
+    arrays = {"A": A, "B": B, "C": C} | ({} if bias is None else {"bias": bias})
+    bound = Bound.make(compiled, gpu, arrays, alpha, beta)
     try:
         bound.run()
-        return bound.read_c()
+        return bound.read()
     finally:
         bound.release()
 
@@ -269,6 +277,8 @@ class Kernel:
         gpu: Gpu | None = None,
         entry: object = None,
     ):
+        if source not in SOURCES:
+            raise ArgumentError("source", f"source must be one of {SOURCES}, got {source!r:.60}")
         self.problem = problem
         self.config = config
         self.source = source

@@ -15,15 +15,13 @@ import numpy as np
 from . import cache
 from .arguments import ArgumentError, check_flag, check_folder
 from .compile import CompileError, compile_shader
+from .data import BUILT_IN
 from .device import Gpu, get_gpu, portable_limits, versions
 from .kernel import Kernel, check_fits, check_operands
 from .problem import Problem, ProblemError, shape_distance
-from .render import render, template_hash
+from .render import render
 from .space import Config, check_runnable, load_space
 from .verify import Reference, verify
-
-# blockedx computes the variant problems, the others the plain one (see space.py)
-DEFAULT_TEMPLATES = ("blocked", "blockedx", "tiled", "naive")
 
 
 def _stores(gpu: Gpu, cache_dir) -> list[cache.DeviceCache]:
@@ -83,9 +81,9 @@ def default_kernel(
     here, else the first valid config of each template. A problem no config can run
     within the device's limits is refused with the limit named."""
     limits = limits or gpu.limits
-    check_runnable(problem, limits, DEFAULT_TEMPLATES)
+    check_runnable(problem, limits, BUILT_IN)
     reference = reference or Reference(problem)
-    spaces = [load_space(t) for t in DEFAULT_TEMPLATES]
+    spaces = [load_space(t) for t in BUILT_IN]
     configs = [c for space in spaces for c in space.seed_configs(problem, limits)]
     configs += [space.first_config(problem, limits) for space in spaces]
     for config in dict.fromkeys(c for c in configs if c is not None):
@@ -105,7 +103,7 @@ def _lookup(
         entry = store.best(problem, checks, accept=_fits(limits, problem))
         if entry is not None:
             return Kernel(problem, entry.config, "exact", checks=checks, gpu=gpu, entry=entry)
-    check_runnable(problem, limits, DEFAULT_TEMPLATES)
+    check_runnable(problem, limits, BUILT_IN)
     reference = Reference(problem)  # one set of data for every kernel tried below
     return _nearest(problem, checks, stores, gpu, limits, reference) or default_kernel(
         problem, gpu, checks, limits, reference
@@ -151,9 +149,8 @@ def lookup(
     check_fits(problem, gpu, portable_limits(gpu.limits) if portable else None)
     folder = str(cache_dir) if cache_dir else None
     kernel = _lookup(problem, bool(checks), folder, gpu, bool(portable))
-    if kernel.entry is not None and kernel.entry.key.template_hash != template_hash(
-        kernel.entry.key.template
-    ):  # its template changed since it was looked up: never served, look again
+    if kernel.entry is not None and not cache.is_current(kernel.entry):
+        # its template changed since it was looked up: never served, look again
         forget()
         kernel = _lookup(problem, bool(checks), folder, gpu, bool(portable))
     return kernel

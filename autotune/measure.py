@@ -23,6 +23,7 @@ from .kernel import Bound
 from .verify import random_operands
 
 MAX_REPEATS = 4096
+METHODS = ("timestamp", "wall")  # GPU timestamp queries, or the host's clock without them
 
 
 class TooSlow(RuntimeError):
@@ -43,6 +44,21 @@ class Measurement:
 
     def gflops(self, flops: int) -> float:
         return flops / self.median_s / 1e9
+
+    def as_dict(self) -> dict:
+        return dict(vars(self))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Measurement:
+        """A measurement as recorded (e.g. on a shared study's trial), checked: times of 0
+        to an hour, a known method; ValueError otherwise."""
+        seconds = [float(data[k]) for k in ("median_s", "p20_s", "p80_s", "wall_median_s")]
+        if not all(0 < s < 3600 for s in seconds) or data["method"] not in METHODS:
+            raise ValueError(f"not a measurement: {str(data)[:120]}")
+        median, p20, p80, wall = seconds
+        return cls(
+            median, p20, p80, data["method"], int(data["repeats"]), int(data["passes"]), wall
+        )
 
     @property
     def spread(self) -> float:
@@ -122,7 +138,7 @@ def measure(
         operands if operands is not None else random_operands(problem, np.random.default_rng(seed))
     )
     C = np.zeros(problem.matrix_shapes()["C"], dtype=problem.numpy_dtype)
-    bound = Bound.make(compiled, gpu, A, B, C)
+    bound = Bound.make(compiled, gpu, {"A": A, "B": B, "C": C})
     timer = _PassTimer(bound, gpu, use_timestamps)
     try:
         # Warm up (first-use costs) and size the pass from one dispatch, then once more

@@ -252,12 +252,12 @@ def shape_distance(a: Problem, b: Problem) -> float:
     return sum(abs(math.log(x / y)) for x, y in ((a.M, b.M), (a.N, b.N), (a.K, b.K)))
 
 
-_SHAPE = re.compile(r"^\s*(-?\d+)\s*[xX×]\s*(-?\d+)\s*[xX×]\s*(-?\d+)\s*$")
+_SHAPE = re.compile(r"\s*(-?\d+)\s*[xX×]\s*(-?\d+)\s*[xX×]\s*(-?\d+)\s*")
 
 
 def parse_shape(text: str, dtype: str = "f32", **variant) -> Problem:
     """Parse "MxNxK" (e.g. "1024x1024x512") into a Problem (with `variant` fields)."""
-    match = _SHAPE.match(text)
+    match = _SHAPE.fullmatch(text)
     if not match:
         raise ProblemError(f"shape {text!r} is not of the form MxNxK, e.g. 1024x1024x1024")
     M, N, K = (int(g) for g in match.groups())
@@ -283,11 +283,11 @@ def problems_from_file(path, dtype: str = "f32", **variant) -> list[Problem]:
     import tomllib
     from pathlib import Path
 
+    from .files import read_limited
+
     path = Path(path)
-    try:
-        if path.stat().st_size > MAX_PROBLEMS_FILE_BYTES:
-            raise ProblemError(f"{path} is larger than {MAX_PROBLEMS_FILE_BYTES} bytes")
-        text = path.read_text()
+    try:  # a regular file (not /dev/zero, not a FIFO), read at most to the limit
+        text = read_limited(path, MAX_PROBLEMS_FILE_BYTES).decode()
         data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except (OSError, ValueError, RecursionError) as error:  # decode errors are ValueErrors
         raise ProblemError(f"{path}: {str(error)[:200]}") from None

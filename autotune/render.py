@@ -16,67 +16,19 @@ import jinja2
 import jinja2.meta
 
 from .data import data_path, extra_template_folders, template_sources
+from .plan import Plan
 from .problem import Problem
 from .space import Config, load_space
-
-ENTRY_POINT = "main"
-# Bindings of the plain problem, in every template (templates/_bindings.wgsl.j2):
-# number, name, kind.
-BINDINGS = (
-    (0, "A", "read-only-storage"),
-    (1, "B", "read-only-storage"),
-    (2, "C", "storage"),
-    (3, "dims", "uniform"),
-)
-# The uniform block: field, byte offset, type.
-UNIFORM_FIELDS = (("M", 0, "u32"), ("N", 4, "u32"), ("K", 8, "u32"), ("pad", 12, "u32"))
-UNIFORM_SIZE = 16
-# Variant problems (templates/_bindings_variant.wgsl.j2): C is read too when the epilogue
-# has beta; the bias vector is binding 4; alpha and beta are uniforms, so one kernel
-# serves any values of them.
-VARIANT_UNIFORM_FIELDS = (
-    ("M", 0, "u32"),
-    ("N", 4, "u32"),
-    ("K", 8, "u32"),
-    ("batch", 12, "u32"),
-    ("alpha", 16, "f32"),
-    ("beta", 20, "f32"),
-    ("pad0", 24, "u32"),
-    ("pad1", 28, "u32"),
-)
-VARIANT_UNIFORM_SIZE = 32
-
-
-def bindings(problem: Problem) -> tuple[tuple[int, str, str], ...]:
-    """(number, name, kind) of each binding of a kernel for `problem`."""
-    if problem.plain:
-        return BINDINGS
-    return BINDINGS + (((4, "bias", "read-only-storage"),) if "bias" in problem.ops else ())
-
-
-def uniform_layout(problem: Problem) -> tuple[tuple, int]:
-    """(fields as (name, byte offset, type), size in bytes) of the uniform block."""
-    if problem.plain:
-        return UNIFORM_FIELDS, UNIFORM_SIZE
-    return VARIANT_UNIFORM_FIELDS, VARIANT_UNIFORM_SIZE
 
 
 @dataclass(frozen=True)
 class Shader:
-    """A rendered kernel: WGSL text plus what is needed to dispatch it."""
+    """A rendered kernel: WGSL text and its launch plan at the problem."""
 
     config: Config
     problem: Problem
     wgsl: str
-    workgroup_size: tuple[int, int, int]
-    dispatch: tuple[int, int, int]  # workgroups in x, y, z for this problem
-    workgroup_storage: int  # bytes of var<workgroup> memory
-    vector_width: int  # elements per array element of the A, B and C bindings
-
-    @property
-    def invocations(self) -> int:
-        x, y, z = self.workgroup_size
-        return x * y * z
+    plan: Plan
 
 
 def jinja_environment() -> jinja2.Environment:
@@ -95,8 +47,8 @@ def _environment_for(folders: tuple[str, ...]) -> jinja2.Environment:
 
 
 def template_hash(template: str) -> str:
-    """Hash of a template's text, the files it includes, and its search space: part of
-    every cache key, so an edited template is never served from an old entry.
+    """Hash of a template's text, the files it includes, and its search space: names the
+    tuning studies of a template, and tells when a kernel must be rendered again.
 
     Remembered per file set until one of the files changes (size or modification time),
     so that lookup can afford to check it on every call.
@@ -149,12 +101,22 @@ def render(config: Config, problem: Problem) -> Shader:
         .get_template(f"{config.template}.wgsl.j2")
         .render(elem=problem.wgsl_type, **values)
     )
-    return Shader(
-        config=config,
-        problem=problem,
-        wgsl=wgsl,
-        workgroup_size=(values["workgroup_size_x"], values["workgroup_size_y"], 1),
-        dispatch=(values["grid_x"], values["grid_y"], values.get("grid_z", 1)),
-        workgroup_storage=values["workgroup_storage"],
-        vector_width=values.get("VEC", 1),
-    )
+    return Shader(config, problem, wgsl, space.plan(config, problem))
+
+
+def kernel_id(config: Config, problem: Problem) -> str:
+    """The identity of the kernel `config` renders for `problem`: a hash of its WGSL, its
+    launch plan and its space's version (part of every cache key). Templates can be
+    refactored freely: what renders the same kernel keeps its identity."""
+    return _kernel_id(config, problem, template_hash(config.template))
+
+
+@functools.lru_cache(maxsize=4096)
+def _kernel_id(config: Config, problem: Problem, sources: str) -> str:
+    # `sources` (the template files' hash) is part of the memo's key only: an edited
+    # template is rendered again
+    shader = render(config, problem)
+    digest = hashlib.sha256()
+    for part in (shader.wgsl, repr(shader.plan), str(load_space(config.template).version)):
+        digest.update(part.encode() + b"\0")
+    return digest.hexdigest()[:16]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import math
 import operator
 import tomllib
 from collections.abc import Callable, Iterator, Mapping
@@ -31,19 +32,14 @@ from pathlib import Path
 import numpy as np
 
 from .data import template_sources
+from .files import read_limited
+from .plan import MAX_PASSES, MAX_WORKSPACES, Plan, make_plan
 from .problem import Problem, ProblemError
 
-# Derived quantity -> the adapter limit it must not exceed.
-LIMITED = {
-    "invocations": "max-compute-invocations-per-workgroup",
-    "workgroup_size_x": "max-compute-workgroup-size-x",
-    "workgroup_size_y": "max-compute-workgroup-size-y",
-    "workgroup_storage": "max-compute-workgroup-storage-size",
-    "grid_x": "max-compute-workgroups-per-dimension",
-    "grid_y": "max-compute-workgroups-per-dimension",
-    "grid_z": "max-compute-workgroups-per-dimension",
-}
-OPTIONAL_LIMITED = ("grid_z",)  # batched templates derive it; 1 elsewhere
+# The one-pass plan of a space without [[passes]] (see autotune/plan.py): entry point,
+# workgroup size and grid, as expressions over the space's derived values.
+DEFAULT_PASS = ("main", ("workgroup_size_x", "workgroup_size_y", "1"), ("grid_x", "grid_y", "1"))
+DEFAULT_PASS_NEEDS = ("workgroup_size_x", "workgroup_size_y", "grid_x", "grid_y")
 PROBLEM_NAMES = (
     "M", "N", "K", "S", "F16", "TA", "TB", "BATCH", "SHARED_B", "ALPHA", "BETA", "BIAS", "ACT",
     "ACC_PIN", "VARIANT",
@@ -177,9 +173,18 @@ class _Rule:
     reads: frozenset[str]
 
 
+@dataclass(frozen=True)
+class _PassRule:
+    """One declared pass: its entry point, and expressions of its workgroup size and grid."""
+
+    entry_point: str
+    workgroup_size: tuple[_Rule, _Rule, _Rule]
+    grid: tuple[_Rule, _Rule, _Rule]
+
+
 @dataclass
 class Space:
-    """A template's parameters, derived quantities and constraints, loaded from TOML."""
+    """A template's parameters, derived quantities, constraints and launch plan (TOML)."""
 
     template: str
     description: str
@@ -188,6 +193,9 @@ class Space:
     constraints: list[_Rule]
     seeds: list[dict[str, int]] = field(default_factory=list)
     variants: bool = False  # computes variant problems too (f16, layouts, batch, epilogue)
+    passes: list[_PassRule] = field(default_factory=list)
+    workspaces: list[_Rule] = field(default_factory=list)  # name, bytes
+    version: int = 1  # raised when what a config means changes without its WGSL changing
 
     @classmethod
     def from_toml(cls, text: str, template: str) -> Space:
@@ -204,11 +212,11 @@ class Space:
             params[name] = tuple(int(v) for v in values)
         derived = [_rule(n, t) for n, t in data.get("derived", {}).items()]
         constraints = [_rule(n, t) for n, t in data.get("constraints", {}).items()]
-        missing = set(LIMITED) - set(OPTIONAL_LIMITED) - {d.name for d in derived}
-        if missing:
-            raise SpaceError(f"search space {template!r} must derive {sorted(missing)}")
+        passes, workspaces = _plan_rules(data, template, {d.name for d in derived})
         known = set(params) | set(PROBLEM_NAMES)  # a rule reads only names defined above it
-        for kind, rule in [("derive", d) for d in derived] + [("check", c) for c in constraints]:
+        rules = [("derive", d) for d in derived] + [("check", c) for c in constraints]
+        rules += [("check", r) for r in _plan_expressions(passes, workspaces)]
+        for kind, rule in rules:
             unknown = rule.reads - known
             if unknown:
                 raise SpaceError(f"search space {template!r}: {rule.name} reads {sorted(unknown)}")
@@ -224,7 +232,21 @@ class Space:
         if not variants:
             constraints.insert(0, _rule("plain_problem_only", _PLAIN_ONLY))
         description = str(data.get("description", ""))
-        return cls(template, description, params, derived, constraints, seeds, variants)
+        version = data.get("version", 1)
+        if type(version) is not int or version < 1:
+            raise SpaceError(f"search space {template!r}: version must be an integer >= 1")
+        return cls(
+            template,
+            description,
+            params,
+            derived,
+            constraints,
+            seeds,
+            variants,
+            passes,
+            workspaces,
+            version,
+        )
 
     @property
     def size(self) -> int:
@@ -235,26 +257,62 @@ class Space:
         return count
 
     def _rules(self, limits: Mapping[str, int] | None) -> list[tuple[str, _Rule]]:
-        """Derived values and checks in evaluation order: ("derive"|"check", rule)."""
+        """Derived values and checks in evaluation order: ("derive"|"check", rule); the
+        device's limits apply to the plan's quantities (plan.Plan.needs)."""
         rules = [("derive", d) for d in self.derived] + [("check", c) for c in self.constraints]
-        derived = {d.name for d in self.derived}
-        for quantity, limit in LIMITED.items():
-            if quantity in OPTIONAL_LIMITED and quantity not in derived:
-                continue
-            if limits is not None and limit in limits:
-                bound = int(limits[limit])
-                rules.append(
-                    (
-                        "check",
-                        _Rule(
-                            f"limit {limit}",
-                            f"{quantity} <= {bound}",
-                            _at_most(quantity, bound),
-                            frozenset({quantity}),
-                        ),
+        if limits is not None:
+            for limit, (function, reads, text) in self._quantities.items():
+                if limit in limits:
+                    bound = int(limits[limit])
+                    check = _at_most(function, bound)
+                    rules.append(
+                        ("check", _Rule(f"limit {limit}", f"{text} <= {bound}", check, reads))
                     )
-                )
         return rules
+
+    @functools.cached_property
+    def _quantities(self) -> dict[str, tuple[Expr, frozenset[str], str]]:
+        """Limit -> (what the plan needs of it, as a function of the values; the names
+        it reads; its text), in the order of plan.Plan.needs."""
+        quantities = {}
+
+        def most(limit, rules, combine=max):
+            functions = [r.function for r in rules]
+            reads = frozenset().union(*(r.reads for r in rules))
+            text = ", ".join(dict.fromkeys(r.text for r in rules))
+            quantities[limit] = (lambda env: combine(f(env) for f in functions), reads, text)
+
+        sizes = [p.workgroup_size for p in self.passes]
+        invocations = [
+            _Rule("invocations", " * ".join(r.text for r in size), _product(size), _reads(size))
+            for size in sizes
+        ]
+        most("max-compute-invocations-per-workgroup", invocations)
+        for axis, letter in enumerate("xyz"):
+            most(f"max-compute-workgroup-size-{letter}", [size[axis] for size in sizes])
+        if any(d.name == "workgroup_storage" for d in self.derived):
+            storage = _rule("workgroup_storage", "workgroup_storage")
+            most("max-compute-workgroup-storage-size", [storage])
+        most("max-compute-workgroups-per-dimension", [r for p in self.passes for r in p.grid])
+        if self.workspaces:
+            most("max-storage-buffer-binding-size", self.workspaces)
+            most("max-buffer-size", self.workspaces)
+        return quantities
+
+    def plan(self, config: Config, problem: Problem) -> Plan:
+        """The launch plan of `config` at `problem` (the config must be valid here)."""
+        env = self.context(config, problem)
+        passes = [
+            (
+                p.entry_point,
+                tuple(r.function(env) for r in p.workgroup_size),
+                tuple(r.function(env) for r in p.grid),
+            )
+            for p in self.passes
+        ]
+        workspaces = [(w.name, w.function(env)) for w in self.workspaces]
+        storage, vector = env.get("workgroup_storage", 0), env.get("VEC", 1)
+        return make_plan(problem, passes, workspaces, storage, vector)
 
     def _schedule(self, limits) -> list[list[tuple[str, _Rule]]]:
         """Group rules by the index of the last parameter they depend on (-1: none)."""
@@ -340,8 +398,62 @@ def _rule(name: str, text: str) -> _Rule:
     return _Rule(str(name), text, function, reads)
 
 
-def _at_most(quantity: str, bound: int) -> Expr:
-    return lambda env: int(env[quantity] <= bound)
+def _at_most(function: Expr, bound: int) -> Expr:
+    return lambda env: int(function(env) <= bound)
+
+
+def _product(rules) -> Expr:
+    functions = [r.function for r in rules]
+    return lambda env: math.prod(f(env) for f in functions)
+
+
+def _reads(rules) -> frozenset[str]:
+    return frozenset().union(*(r.reads for r in rules))
+
+
+def _plan_rules(data: dict, template: str, derived: set[str]):
+    """The [[passes]] and [[workspaces]] of a space file as expressions (see plan.py);
+    without [[passes]], the one-pass plan of the built-in templates."""
+    where = f"search space {template!r}"
+    declared = data.get("passes")
+    if declared is None:
+        missing = [n for n in DEFAULT_PASS_NEEDS if n not in derived]
+        if missing:
+            raise SpaceError(f"{where} must derive {missing} (or declare [[passes]])")
+        entry, size, grid = DEFAULT_PASS
+        grid = grid[:2] + (("grid_z",) if "grid_z" in derived else ("1",))
+        declared = [{"entry_point": entry, "workgroup_size": list(size), "grid": list(grid)}]
+    if not isinstance(declared, list) or not 1 <= len(declared) <= MAX_PASSES:
+        raise SpaceError(f"{where}: [[passes]] must list 1 to {MAX_PASSES} passes")
+    passes = []
+    for item in declared:
+        if not isinstance(item, dict) or set(item) != {"entry_point", "workgroup_size", "grid"}:
+            raise SpaceError(f"{where}: a pass has entry_point, workgroup_size and grid")
+        entry = item["entry_point"]
+        if not isinstance(entry, str) or not entry.isidentifier() or not entry.isascii():
+            raise SpaceError(f"{where}: entry_point {str(entry)[:40]!r} is not an identifier")
+        triples = []
+        for what in ("workgroup_size", "grid"):
+            texts = item[what]
+            if not isinstance(texts, list) or len(texts) != 3:
+                raise SpaceError(f"{where}: pass {entry}: {what} must list 3 expressions")
+            triples.append(tuple(_rule(f"{entry} {what}", str(t)) for t in texts))
+        passes.append(_PassRule(entry, *triples))
+    workspaces = []
+    for item in data.get("workspaces", []):
+        if not isinstance(item, dict) or set(item) != {"name", "bytes"}:
+            raise SpaceError(f"{where}: a workspace has a name and bytes")
+        name = item["name"]
+        if not isinstance(name, str) or not name.isidentifier() or not name.isascii():
+            raise SpaceError(f"{where}: workspace name {str(name)[:40]!r} is not an identifier")
+        workspaces.append(_rule(name, str(item["bytes"])))
+    if len(workspaces) > MAX_WORKSPACES:
+        raise SpaceError(f"{where}: at most {MAX_WORKSPACES} workspaces")
+    return passes, workspaces
+
+
+def _plan_expressions(passes: list[_PassRule], workspaces: list[_Rule]) -> list[_Rule]:
+    return [r for p in passes for r in p.workgroup_size + p.grid] + list(workspaces)
 
 
 def _problem_env(problem: Problem) -> dict[str, int]:
@@ -379,9 +491,16 @@ def load_space(template: str) -> Space:
     return _load_space(template, path, stat.st_mtime_ns, stat.st_size)
 
 
+MAX_SPACE_FILE_BYTES = 2**20  # ours are a few KiB
+
+
 @functools.lru_cache(maxsize=64)
 def _load_space(template: str, path: Path, mtime_ns: int, size: int) -> Space:
-    return Space.from_toml(path.read_text(), template)
+    try:  # a user's template folder may hold anything named *.toml: a FIFO, a link
+        text = read_limited(path, MAX_SPACE_FILE_BYTES).decode()
+    except (OSError, ValueError) as error:
+        raise SpaceError(f"{path}: {error}") from None
+    return Space.from_toml(text, template)
 
 
 def check_runnable(problem: Problem, limits: Mapping[str, int], templates) -> None:

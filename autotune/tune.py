@@ -1,13 +1,17 @@
 """Tune: search a problem, measure the tutorial baseline, keep the best in the cache.
 
 The cache is written each time the search finds a new best, not only at the end, so a
-killed tune keeps every result it had finished.
+killed tune keeps every result it had finished. `tune_many` tunes a list of problems,
+or a model's representatives (autotune.model), with every argument checked first.
+
+    result = autotune.tune(1024, 1024, 1024, trials=30)
+    results = autotune.tune_many(problems, radius=1.0, timeout=20)
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,15 +26,16 @@ from .arguments import (
     check_seconds,
     check_seed,
 )
+from .data import BUILT_IN
 from .device import Gpu, get_gpu, portable_limits, versions
+from .evaluate import Outcome, reference_seed
 from .kernel import check_fits
+from .model import choose_representatives
 from .problem import Problem
-from .search import SAMPLERS, Outcome, SearchResult, reference_seed, search
+from .search import SAMPLERS, SearchResult, search
 from .space import check_runnable, load_space, template_names
 from .worker import CANDIDATE_S, Worker
 
-# blockedx computes the variant problems, the others the plain one (see space.py)
-TEMPLATES = ("blocked", "blockedx", "tiled", "naive")
 BASELINE_TEMPLATE = "tiled"  # its first seed is the tutorial 16x16 kernel
 
 
@@ -48,6 +53,57 @@ class TuneResult:
     cache_path: Path
 
 
+@dataclass(frozen=True)
+class TuneOptions:
+    """How to tune, checked once (TuneOptions.checked) for any number of problems."""
+
+    trials: int | None = 30  # measured trials of the study (None: until `timeout`)
+    timeout: float | None = None  # seconds of search per problem
+    templates: tuple[str, ...] | None = None  # None: the built-in ones that compute it
+    checks: bool = True  # wgpu's runtime checks on (as in browsers) or off
+    sampler: str = "tpe"  # the strategy: tpe, random or grid (autotune.strategies)
+    storage: object = None  # an Optuna storage (URL or object): shared, resumable studies
+    cache_dir: Path | None = None  # None: cache.default_cache_dir()
+    seed: int | None = None  # the sampler's and the verification data's
+    gpu: Gpu | None = None  # None: autotune.get_gpu()
+    on_trial: Callable[[dict], None] | None = None  # called after each measured trial
+    portable: bool = False  # only configs within WebGPU's default limits (for export)
+    candidate_timeout: float = CANDIDATE_S  # seconds a candidate may take, compile to time
+    compile_ahead: int | None = None  # candidates compiled while one is timed (None: auto)
+
+    @classmethod
+    def checked(cls, **options) -> TuneOptions:
+        """The options with every value checked; TuneError names a bad one."""
+        o = cls(**options)
+        check_budget(o.trials, o.timeout)
+        if o.gpu is not None and not isinstance(o.gpu, Gpu):
+            raise TuneError(
+                "gpu", f"gpu must be an autotune.Gpu or None, got {type(o.gpu).__name__}"
+            )
+        if o.on_trial is not None and not callable(o.on_trial):
+            raise TuneError(
+                "on_trial", f"on_trial must be callable or None, got {o.on_trial!r:.60}"
+            )
+        if o.sampler not in SAMPLERS:
+            known = ", ".join(SAMPLERS)
+            raise TuneError("sampler", f"sampler {o.sampler!r:.60} is unknown; known: {known}")
+        return cls(
+            trials=o.trials,
+            timeout=o.timeout,
+            templates=None if not o.templates else check_templates(o.templates),
+            checks=check_flag("checks", o.checks, TuneError),
+            sampler=o.sampler,
+            storage=check_storage(o.storage),
+            cache_dir=check_folder("cache_dir", o.cache_dir, writable=True, error=TuneError),
+            seed=check_seed(o.seed, TuneError),
+            gpu=o.gpu,
+            on_trial=o.on_trial,
+            portable=check_flag("portable", o.portable, TuneError),
+            candidate_timeout=check_seconds("candidate_timeout", o.candidate_timeout, TuneError),
+            compile_ahead=check_count("compile_ahead", o.compile_ahead, 4, TuneError),
+        )
+
+
 def check_templates(templates: Sequence[str] | None) -> tuple[str, ...]:
     if templates is not None and (
         isinstance(templates, str) or not isinstance(templates, list | tuple)
@@ -56,7 +112,7 @@ def check_templates(templates: Sequence[str] | None) -> tuple[str, ...]:
             "template", f"templates must be a list of template names, got {templates!r:.60}"
         )
     if not templates:
-        return TEMPLATES
+        return BUILT_IN
     known = template_names()
     for name in templates:
         if name not in known:
@@ -66,14 +122,14 @@ def check_templates(templates: Sequence[str] | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(templates))
 
 
-def check_storage(storage: str | None, attempts: int = 5):
+def check_storage(storage, attempts: int = 5):
     """Open an Optuna storage URL now, so a bad one fails before any tuning.
 
     Workers started together on a new database race to create its tables (one of them
     fails on a unique constraint); a few retries let the loser open what the winner made.
     """
-    if storage is None:
-        return None
+    if storage is None or isinstance(storage, optuna.storages.BaseStorage):
+        return storage
     for attempt in range(attempts):
         try:
             return optuna.storages.get_storage(storage)
@@ -97,12 +153,10 @@ def check_budget(trials: int | None, timeout: float | None) -> None:
         raise TuneError("trials", "give trials, timeout or both")
 
 
-def baseline(problem: Problem, gpu: Gpu, worker: Worker, timeout_s: float) -> Outcome | None:
+def baseline(problem: Problem, gpu: Gpu, worker: Worker) -> Outcome | None:
     """The tutorial tiled 16x16 kernel, measured like any candidate (in the worker)."""
     seeds = load_space(BASELINE_TEMPLATE).seed_configs(problem, gpu.limits)
-    if not seeds:
-        return None
-    return worker.evaluate(seeds[0], timeout_s=timeout_s)
+    return worker.evaluate(seeds[0]) if seeds else None
 
 
 def tune(
@@ -116,119 +170,141 @@ def tune(
     shared_b: bool = False,
     epilogue: str | list | None = "none",
     accumulate: str = "auto",
-    trials: int | None = 30,
-    timeout: float | None = None,
-    templates: Sequence[str] | None = None,
-    checks: bool = True,
-    sampler: str = "tpe",
-    storage: str | None = None,
-    cache_dir: str | Path | None = None,
-    seed: int | None = None,
-    gpu: Gpu | None = None,
-    on_trial=None,
-    portable: bool = False,
-    candidate_timeout: float = CANDIDATE_S,
-    compile_ahead: int | None = None,
+    **options,
 ) -> TuneResult:
     """Find the fastest correct kernel for this problem on this device and cache it.
 
     The variant (`layout`, `batch`, `shared_b`, `epilogue`, `accumulate`) is as in
-    autotune.lookup; without `templates`, those that compute it are searched.
-    `portable` searches only configs within WebGPU's default limits (for export to any
-    browser); their entries sit in the same cache, and lookup(portable=True) finds them.
-    Each candidate runs in a worker process; one that does not finish within
-    `candidate_timeout` seconds is recorded as a `timeout` and the worker restarted.
-    `compile_ahead` (None: 1 on a GPU, 0 on a CPU adapter) is how many of the next
-    candidates the worker compiles while it times the current one.
+    autotune.lookup; `options` are TuneOptions' fields (trials=30, timeout, templates,
+    checks, sampler, storage, cache_dir, seed, gpu, on_trial, portable,
+    candidate_timeout, compile_ahead). Without `templates`, the built-in ones that
+    compute the problem are searched. `portable` searches only configs within WebGPU's
+    default limits (for export to any browser); lookup(portable=True) finds them.
     """
     problem = Problem(M, N, K, dtype, layout, batch, shared_b, epilogue, accumulate)
-    if not templates:  # the defaults that compute this problem (plain or variant)
-        templates = [t for t in TEMPLATES if load_space(t).first_config(problem) is not None]
-    templates = check_templates(templates)
-    check_budget(trials, timeout)
-    checks = check_flag("checks", checks, TuneError)
-    portable = check_flag("portable", portable, TuneError)
-    seed = check_seed(seed, TuneError)
-    candidate_timeout = check_seconds("candidate_timeout", candidate_timeout, TuneError)
-    compile_ahead = check_count("compile_ahead", compile_ahead, 4, TuneError)
-    cache_dir = check_folder("cache_dir", cache_dir, writable=True, error=TuneError)
-    if gpu is not None and not isinstance(gpu, Gpu):
-        raise TuneError("gpu", f"gpu must be an autotune.Gpu or None, got {type(gpu).__name__}")
-    if on_trial is not None and not callable(on_trial):
-        raise TuneError("on_trial", f"on_trial must be callable or None, got {on_trial!r:.60}")
-    if sampler not in SAMPLERS:
-        raise TuneError(
-            "sampler", f"sampler {sampler!r:.60} is unknown; known: {', '.join(SAMPLERS)}"
-        )
-    storage_object = check_storage(storage)
-    gpu = gpu or get_gpu()
-    limits = portable_limits(gpu.limits) if portable else gpu.limits
+    return tune_problem(problem, _options(options))
+
+
+def tune_many(
+    problems: Sequence[Problem],
+    *,
+    radius: float | None = None,
+    on_start: Callable[[Problem, int], None] | None = None,
+    **options,
+) -> list[TuneResult]:
+    """Tune each problem (each once, in order), every argument checked before the first
+    starts. With `radius`, only a model's representatives are tuned (model.
+    choose_representatives): lookup serves the others with their nearest tuned shape.
+    `on_start(problem, index)` is called as each problem starts; `options` as in tune().
+    """
+    problems = list(dict.fromkeys(problems))
+    if not problems or not all(isinstance(p, Problem) for p in problems):
+        raise TuneError("problems", "problems must be a non-empty list of autotune.Problem")
+    if radius is not None:
+        assignments = choose_representatives(problems, radius)
+        problems = list(dict.fromkeys(a.representative for a in assignments))
+    checked = _options(options)
+    if checked.templates:  # e.g. a plain-only template asked for a variant of the list
+        for problem in problems:
+            check_runnable(problem, None, checked.templates)
+    results = []
+    for index, problem in enumerate(problems):
+        if on_start:
+            on_start(problem, index)
+        results.append(tune_problem(problem, checked))
+    return results
+
+
+def _options(options: dict) -> TuneOptions:
+    unknown = sorted(set(options) - set(TuneOptions.__dataclass_fields__))
+    if unknown:
+        raise TuneError(unknown[0], f"{unknown[0]} is not an option of tune")
+    return TuneOptions.checked(**options)
+
+
+def tune_problem(problem: Problem, options: TuneOptions) -> TuneResult:
+    """tune() for a Problem, with checked options."""
+    o = options
+    templates = o.templates or tuple(
+        t for t in BUILT_IN if load_space(t).first_config(problem) is not None
+    )
+    gpu = o.gpu or get_gpu()
+    limits = portable_limits(gpu.limits) if o.portable else gpu.limits
     check_fits(problem, gpu, limits)
     check_runnable(problem, limits, templates)
     store = cache.DeviceCache(
-        cache_dir or cache.default_cache_dir(), gpu.fingerprint.as_dict(), versions()
+        o.cache_dir or cache.default_cache_dir(), gpu.fingerprint.as_dict(), versions()
     )
-    with Worker(gpu.fingerprint.as_dict()) as worker:
+    store.check_writable()  # a lock that cannot be taken fails now, not after a trial
+    with Worker(gpu.fingerprint.as_dict(), candidate_timeout=o.candidate_timeout) as worker:
         # one float64 reference, in the worker, for the baseline and the search
-        worker.prepare(problem, reference_seed(seed), checks)
-        base = baseline(problem, gpu, worker, candidate_timeout)
-        base_s = base.measurement.median_s if base and base.ok else None
-
-        def entry_for(outcome: Outcome, result: SearchResult) -> cache.Entry:
-            m = outcome.measurement
-            return cache.Entry(
-                key=cache.Key.of(problem, outcome.config.template, checks, portable),
-                params=outcome.config.as_dict(),
-                median_s=m.median_s,
-                p20_s=m.p20_s,
-                p80_s=m.p80_s,
-                method=m.method,
-                gflops=m.gflops(problem.flops),
-                error=outcome.error,
-                baseline_s=base_s,
-                trials=result.study_trials,
-                failures=dict(result.failures),
-                tuning_s=result.seconds,
-                date=cache.today(),
-                origin=cache.this_machine(),
-            )
-
-        provisional: list[dict] = []  # params of the bests stored while searching
-
-        def save_new_best(event: dict) -> None:
-            outcome, result = event["outcome"], event["result"]
-            if outcome.ok and outcome is result.best:
-                store.put(entry_for(outcome, result))
-                provisional.append(outcome.config.as_dict())
-            if on_trial:
-                on_trial(event)
-
+        worker.prepare(problem, reference_seed(o.seed), o.checks)
+        keeper = _Keeper(problem, o, store, baseline(problem, gpu, worker))
         result = search(
             problem,
             gpu,
             templates=templates,
-            trials=trials,
-            timeout=timeout,
-            checks=checks,
-            sampler=sampler,
-            storage=storage_object,
-            seed=seed,
-            on_trial=save_new_best,
+            trials=o.trials,
+            timeout=o.timeout,
+            checks=o.checks,
+            sampler=o.sampler,
+            storage=o.storage,
+            seed=o.seed,
+            on_trial=keeper.on_trial,
             limits=limits,
-            worker=worker,
-            candidate_timeout=candidate_timeout,
-            compile_ahead=compile_ahead,
+            evaluator=worker,
+            compile_ahead=o.compile_ahead,
         )
-        entry = None
         if len(result.finalists) > 1:
-            result.best = (
-                worker.retime(result.finalists, timeout_s=candidate_timeout) or result.best
-            )
-        if result.best is not None:
-            entry = entry_for(result.best, result)
-            store.put(entry, replacing=provisional)
-            entry = store.get(entry.key) or entry  # a faster config stored earlier stays
+            result.best = worker.retime(result.finalists) or result.best
+        entry = keeper.keep(result)
     from .lookup import forget  # the in-process lookup memo must see the new entry
 
     forget()
-    return TuneResult(problem, checks, entry, result, base, store.path)
+    return TuneResult(problem, o.checks, entry, result, keeper.baseline, store.path)
+
+
+class _Keeper:
+    """Stores each new best of a search in the cache as it is found, and the final best
+    (timed again) at the end, superseding the provisional ones."""
+
+    def __init__(self, problem: Problem, options: TuneOptions, store, base: Outcome | None):
+        self.problem, self.options, self.store = problem, options, store
+        self.baseline = base
+        self.provisional: list[dict] = []  # params of the bests stored while searching
+
+    def entry(self, outcome: Outcome, result: SearchResult) -> cache.Entry:
+        m, base = outcome.measurement, self.baseline
+        return cache.Entry(
+            key=cache.Key.of(
+                self.problem, outcome.config, self.options.checks, self.options.portable
+            ),
+            params=outcome.config.as_dict(),
+            median_s=m.median_s,
+            p20_s=m.p20_s,
+            p80_s=m.p80_s,
+            method=m.method,
+            gflops=m.gflops(self.problem.flops),
+            error=outcome.error,
+            baseline_s=base.measurement.median_s if base and base.ok else None,
+            trials=result.study_trials,
+            failures=dict(result.failures),
+            tuning_s=result.seconds,
+            date=cache.today(),
+            origin=cache.this_machine(),
+        )
+
+    def on_trial(self, event: dict) -> None:
+        outcome, result = event["outcome"], event["result"]
+        if outcome.ok and outcome is result.best:
+            self.store.put(self.entry(outcome, result))
+            self.provisional.append(outcome.config.as_dict())
+        if self.options.on_trial:
+            self.options.on_trial(event)
+
+    def keep(self, result: SearchResult) -> cache.Entry | None:
+        if result.best is None:
+            return None
+        entry = self.entry(result.best, result)
+        self.store.put(entry, replacing=self.provisional)
+        return self.store.get(entry.key) or entry  # a faster config stored earlier stays

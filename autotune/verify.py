@@ -32,8 +32,6 @@ from .problem import Problem
 
 # Unit roundoff per dtype; a sum of K products in that precision drifts like sqrt(K).
 EPSILON = {"f32": 2.0**-24, "f16": 2.0**-11}
-# Relative rounding of the stored result (f16 output; f32's is inside its K-bound).
-OUTPUT_ROUNDING = {"f32": 0.0, "f16": 2 * 2.0**-11}
 # alpha and beta of the epilogue at verification: neither 1 nor 0, so a kernel that
 # ignores either fails.
 TEST_ALPHA, TEST_BETA = 0.75, -0.5
@@ -56,7 +54,7 @@ class Verdict:
     @property
     def reason(self) -> str:
         if self.outside:
-            return f"wrote {self.outside} elements past the end of C"
+            return f"wrote {self.outside} elements past the end of C or of a workspace"
         return (
             "" if self.ok else f"relative error {self.error:.3g} > tolerance {self.tolerance:.3g}"
         )
@@ -75,8 +73,8 @@ def tolerance(problem: Problem, accumulate: str = "f32") -> float:
     Accumulating in f16 is much looser: 8 x 2**-11 x (sqrt(K) + 2), e.g. 0.039 at K = 64
     and 0.26 at K = 4096 (the partial sums themselves are rounded to 11 bits). It still
     sees a dropped product for K up to ~100 and any dropped slice of the K loop; f16
-    inputs with f32 accumulation keep the f32 bound plus the f16 rounding of the output
-    (OUTPUT_ROUNDING, relative to each element).
+    inputs with f32 accumulation keep the f32 bound plus the rounding of the stored
+    output (output_rounding, absolute per element).
     """
     if accumulate == "f16":
         return EPSILON["f16"] * 8 * (math.sqrt(problem.K) + 2)
@@ -91,13 +89,38 @@ def random_operands(problem: Problem, rng: np.random.Generator):
     return A, B
 
 
-def _worst(got: np.ndarray, want: np.ndarray, scale: np.ndarray, out: float = 0.0) -> float:
-    """Largest (|got - want| - out * |want|) / scale; infinity if `got` has a NaN or
-    infinity. `out`: the output's own relative rounding, allowed on top."""
+def output_rounding(got: np.ndarray, dtype) -> np.ndarray:
+    """How far storing in the output `dtype` may have moved each stored value `got` from
+    the kernel's unrounded result: half the format's spacing at `got` (np.spacing, so
+    subnormals included), a bound that holds for round-to-nearest at any magnitude.
+
+    A relative allowance has no room for the absolute spacing near zero: a correctly
+    rounded f16 product of 1e-6 is off by up to 3e-8, 3% of itself. Zero where `got` is
+    not finite (refused anyway).
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        stored = np.abs(np.asarray(got)).astype(dtype)
+        half = np.spacing(stored).astype(np.float64) / 2
+    return np.where(np.isfinite(half), half, 0.0)
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """GELU's tanh approximation in float64, as the kernels compute it. NaN stays NaN,
+    gelu(+inf) = +inf and gelu(-inf) = 0, the formula's limit (evaluated literally it is
+    -inf * 0 = NaN); relu is np.maximum(x, 0), which keeps NaN too."""
+    x = np.asarray(x, np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x**3)))
+    return np.where(x == -np.inf, 0.0, y)
+
+
+def _worst(got: np.ndarray, want: np.ndarray, scale: np.ndarray, out=0.0) -> float:
+    """Largest (|got - want| - out) / scale; infinity if `got` has a NaN or infinity.
+    `out`: the output's own rounding (absolute, per element), allowed on top."""
     got = got.astype(np.float64)
     if not np.all(np.isfinite(got)):
         return math.inf
-    excess = np.maximum(np.abs(got - want) - out * np.abs(want), 0.0)
+    excess = np.maximum(np.abs(got - want) - out, 0.0)
     return float(np.max(excess / np.maximum(scale, 1e-300)))
 
 
@@ -130,7 +153,7 @@ class Reference:
             if name in shapes and name not in extra:
                 extra[name] = rng.uniform(-1, 1, shapes[name]).astype(problem.numpy_dtype)
         self.C0, self.bias = extra.get("C"), extra.get("bias")
-        self.out = OUTPUT_ROUNDING[problem.dtype]
+        self.dtype = problem.numpy_dtype
         A64, B64 = _logical(problem, self.A, self.B)
         self._A64, self._B64 = A64, B64
         C64 = (
@@ -196,8 +219,7 @@ class Reference:
         if self.problem.activation == "relu":
             want = np.maximum(want, 0.0)
         elif self.problem.activation == "gelu":
-            want = 0.5 * want * (1 + np.tanh(0.7978845608028654 * (want + 0.044715 * want**3)))
-            scale = GELU_SLOPE * scale
+            want, scale = gelu(want), GELU_SLOPE * scale
         return want, scale
 
     def guarded(self, limit: int) -> tuple[np.ndarray, ...]:
@@ -221,18 +243,22 @@ class Reference:
         """
         limit = tolerance(self.problem, accumulate)
         if self.full:
-            error = _worst(C, self.want, self.scale, self.out)
+            error = _worst(C, self.want, self.scale, output_rounding(C, self.dtype))
             return Verdict(error <= limit, error, limit)
         if not np.all(np.isfinite(C)):
             return Verdict(False, math.inf, limit)
         C3 = C.reshape(-1, self.problem.M, self.problem.N)
         errors = []
         for b, ((row_want, row_scale), (col_want, col_scale), freivalds) in self.samples.items():
-            errors.append(_worst(C3[b][self.rows], row_want, row_scale, self.out))
-            errors.append(_worst(C3[b][:, self.cols], col_want, col_scale, self.out))
+            for got, want, scale in (
+                (C3[b][self.rows], row_want, row_scale),
+                (C3[b][:, self.cols], col_want, col_scale),
+            ):
+                errors.append(_worst(got, want, scale, output_rounding(got, self.dtype)))
             C64 = C3[b].astype(np.float64)
+            out = output_rounding(C64, self.dtype)  # each element's, summed as in C x
             for x, want, scale in freivalds:
-                rounding = self.out * np.sqrt((C64 * C64) @ (x * x))
+                rounding = np.sqrt((out * out) @ (x * x))
                 errors.append(_worst(C64 @ x, want, scale + rounding / max(limit, 1e-300)))
         error = max(errors)
         return Verdict(error <= limit, error, limit)
@@ -279,24 +305,37 @@ def guarded_inputs(A: np.ndarray, B: np.ndarray, problem: Problem, limit: int):
 _BITS = {4: np.uint32, 2: np.uint16}
 
 
+def guarded_workspace(size: int) -> np.ndarray:
+    """A workspace's starting contents: NaN in f32 and f16 alike (all bits set), so a pass
+    that reads what no pass wrote gets NaN; then GUARD words of the canary."""
+    words = np.full(size // 4 + GUARD, 0xFFFFFFFF, np.uint32)
+    words[size // 4 :] = CANARY
+    return words
+
+
 def run_guarded(compiled: Compiled, gpu: Gpu, reference: Reference):
-    """One dispatch with guarded buffers: (C, number of guard elements after C changed)."""
-    problem = compiled.shader.problem
+    """The whole plan once with guarded buffers: (C, number of guard elements after C
+    or after a workspace that changed)."""
+    problem, plan = compiled.shader.problem, compiled.shader.plan
     limit = min(gpu.limits["max-storage-buffer-binding-size"], gpu.limits["max-buffer-size"])
     A, B, C, *bias = reference.guarded(limit)
-    bound = Bound.make(
-        compiled, gpu, A, B, C, bias[0] if bias else None, reference.alpha, reference.beta
-    )
+    arrays = {"A": A, "B": B, "C": C} | ({"bias": bias[0]} if bias else {})
+    arrays |= {w.name: guarded_workspace(w.size) for w in plan.workspaces}
+    bound = Bound.make(compiled, gpu, arrays, reference.alpha, reference.beta)
     try:
         bound.run()
-        data = gpu.queue.read_buffer(bound.buffers["C"])
+        written = ["C", *(w.name for w in plan.workspaces)]
+        data = {name: gpu.queue.read_buffer(bound.buffers[name]) for name in written}
     finally:
         bound.release()
-    out = np.frombuffer(data, dtype=problem.numpy_dtype)[: C.size]
+    out = np.frombuffer(data["C"], dtype=problem.numpy_dtype)[: C.size]
     shape = problem.matrix_shapes()["C"]
     size = math.prod(shape)
     bits = _BITS[problem.itemsize]
     outside = int(np.count_nonzero(out[size:].view(bits) != CANARY & (256**problem.itemsize - 1)))
+    for workspace in plan.workspaces:
+        words = np.frombuffer(data[workspace.name], np.uint32)[workspace.size // 4 :]
+        outside += int(np.count_nonzero(words[:GUARD] != CANARY))
     return out[:size].reshape(shape).copy(), outside
 
 

@@ -8,11 +8,11 @@ kills and restarts the worker when it is late (`timeout`), restarts it when it d
     tuner (Worker)                                  worker (autotune.worker.main)
     prepare(problem, seed, checks) ── setup ──────► get_gpu(); Reference(problem, seed)
                                    ◄─ ready ───────  (inputs + float64 product, once)
-    evaluate(config, ...)          ── evaluate ───► search.evaluate: render, compile,
+    evaluate(config, ...)          ── evaluate ───► evaluate.evaluate: render, compile,
                                    ◄─ Outcome ─────  verify, time
     compile_ahead(next config)     ── compile ────► compile_shader in a thread, while
                                                      the current candidate is timed
-    retime(finalists)              ── retime ─────► search.retime: the fastest, timed
+    retime(finalists)              ── retime ─────► evaluate.retime: the fastest, timed
                                    ◄─ Outcome ─────  again back to back
 
 The worker is long-lived: it is started once, builds the verification reference once
@@ -20,6 +20,10 @@ per problem, and answers each candidate over a socket pair (pickled small datacl
 between two processes of ours). It is a plain subprocess rather than a multiprocessing
 child so that a user's script without an `if __name__ == "__main__"` guard still works.
 It ignores Ctrl-C (the tuner stops it) and exits when the tuner goes away.
+
+The Worker is the default Evaluator (autotune.evaluate). Its child runs `main` of the
+module `Worker.child` names, which serves with `evaluate.evaluate` unless it hands
+`serve` another function: the seam through which the tests plant faults (tests/faulty).
 """
 
 from __future__ import annotations
@@ -34,14 +38,14 @@ import threading
 import time
 from multiprocessing.connection import Connection
 
-from . import faults
+from .evaluate import Outcome, evaluate, retime
 from .problem import Problem
 from .space import Config
 
 STARTUP_S = 600.0  # importing, opening the device and the float64 reference of a big problem
 CANDIDATE_S = 60.0  # default deadline of one candidate (compile, verify, time)
-# (-c rather than -m autotune.worker: the package imports this module first)
-_ENTRY = "import sys; from autotune.worker import main; sys.exit(main(sys.argv[1:]))"
+# (-c rather than -m: the package imports this module first)
+_ENTRY = "import sys; from {module} import main; sys.exit(main(sys.argv[1:]))"
 # A trivial shader: compiling it fails only when the device is gone.
 _PROBE = "@compute @workgroup_size(1) fn main() {}"
 
@@ -51,11 +55,19 @@ class WorkerError(RuntimeError):
 
 
 class Worker:
-    """The tuner's handle on one worker process; restarts it as needed."""
+    """The tuner's handle on one worker process; restarts it as needed. An Evaluator."""
 
-    def __init__(self, fingerprint: dict | None = None, startup_s: float = STARTUP_S):
+    child = "autotune.worker"  # the module whose main(argv) the worker process runs
+
+    def __init__(
+        self,
+        fingerprint: dict | None = None,
+        startup_s: float = STARTUP_S,
+        candidate_timeout: float = CANDIDATE_S,
+    ):
         self.expected_fingerprint = fingerprint  # the tuner's device: the worker must match
         self.startup_s = startup_s
+        self.candidate_timeout = candidate_timeout  # a candidate's deadline (compile to time)
         self.process: subprocess.Popen | None = None
         self.connection: Connection | None = None
         self.setup: tuple | None = None  # (problem, seed, checks) the worker should hold
@@ -69,6 +81,9 @@ class Worker:
         """Make the worker hold this problem's reference (started now, not at first use)."""
         self.setup = (problem, int(seed), bool(checks))
         self._ensure()
+
+    def prepared_for(self, problem: Problem, checks: bool) -> bool:
+        return self.setup is not None and self.setup[::2] == (problem, bool(checks))
 
     def _ensure(self) -> None:
         if self.process is not None and self.process.poll() is not None:
@@ -102,7 +117,7 @@ class Worker:
         self._log = tempfile.TemporaryFile()  # its stderr, quoted when it dies
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", _ENTRY, str(theirs.fileno())],
+                [sys.executable, "-c", _ENTRY.format(module=self.child), str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -151,17 +166,14 @@ class Worker:
 
     # --- one candidate ------------------------------------------------------------------
 
-    def evaluate(
-        self, config: Config, *, max_dispatch_s: float | None = None, timeout_s: float = CANDIDATE_S
-    ):
+    def evaluate(self, config: Config, *, max_dispatch_s: float | None = None) -> Outcome:
         """Render, compile, verify and time `config` in the worker: an Outcome, always.
 
-        No answer within `timeout_s` kills the worker (reason `timeout`); a worker that
-        dies is `crashed`; one that lost its device says so (`device-lost`) and exits.
-        The next candidate gets a fresh worker.
+        No answer within `candidate_timeout` kills the worker (reason `timeout`); a
+        worker that dies is `crashed`; one that lost its device says so (`device-lost`)
+        and exits. The next candidate gets a fresh worker.
         """
-        from .search import Outcome
-
+        timeout_s = self.candidate_timeout
         self._ensure()
         try:
             self.connection.send(("evaluate", config, max_dispatch_s))
@@ -195,15 +207,15 @@ class Worker:
         except OSError:
             pass  # it died just now: the next evaluate sees that
 
-    def retime(self, configs: list[Config], *, timeout_s: float = CANDIDATE_S):
-        """search.retime in the worker: the fastest of `configs` timed again, or None
+    def retime(self, configs: list[Config]) -> Outcome | None:
+        """evaluate.retime in the worker: the fastest of `configs` timed again, or None
         (also when the worker fails meanwhile: the search's own timings then stand)."""
         self._ensure()
         try:
             self.connection.send(("retime", list(configs)))
         except OSError:
             pass
-        answer = self._answer(timeout_s * len(configs))
+        answer = self._answer(self.candidate_timeout * len(configs))
         if answer is None or answer[0] != "outcome":
             self._stop()
             return None
@@ -256,20 +268,6 @@ def _device_lost(gpu) -> bool:
     return False
 
 
-def _run_fault(config: Config, gpu) -> None:
-    """Test-only hooks (autotune.faults): production never plans a fault."""
-    action = faults.planned(str(config), "evaluate")
-    if action == "abort":
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file from a planned abort
-        os.abort()
-    elif action == "lose-device":
-        gpu.device.destroy()
-    else:
-        faults.pause(action)
-
-
 def _render_and_compile(config: Config, problem: Problem, gpu, checks: bool):
     from .compile import compile_shader
     from .render import render
@@ -277,13 +275,13 @@ def _render_and_compile(config: Config, problem: Problem, gpu, checks: bool):
     return compile_shader(render(config, problem), gpu, checks=checks)
 
 
-def serve(connection: Connection) -> int:
-    """Answer the tuner's messages until it says exit or goes away."""
+def serve(connection: Connection, evaluate=evaluate) -> int:
+    """Answer the tuner's messages until it says exit or goes away; candidates are
+    measured with `evaluate` (evaluate.evaluate's signature)."""
     from concurrent.futures import ThreadPoolExecutor
     from dataclasses import replace
 
     from .device import get_gpu
-    from .search import evaluate, retime
     from .verify import Reference
 
     gpu = problem = reference = checks = None
@@ -315,7 +313,6 @@ def serve(connection: Connection) -> int:
                 )
         elif kind == "evaluate":
             _, config, max_dispatch_s = message
-            _run_fault(config, gpu)
             outcome = evaluate(
                 config,
                 problem,
@@ -336,7 +333,7 @@ def serve(connection: Connection) -> int:
             connection.send(("outcome", retime(message[1], problem, gpu, checks, reference)))
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], evaluate=evaluate) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the tuner, which stops us
     _watch_parent()
-    return serve(Connection(int(argv[0])))
+    return serve(Connection(int(argv[0])), evaluate)

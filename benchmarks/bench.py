@@ -1,9 +1,12 @@
 """Benchmark: autotune's tuned WGSL GEMM against cuBLAS SGEMM on the same GPU, same run.
 
-    python benchmarks/bench.py --out benchmarks/results/h200     # the whole suite
+    python benchmarks/bench.py --out DIR                         # the whole suite
     python benchmarks/bench.py --shape 4096x4096x4096            # one shape
     AUTOTUNE_CACHE=/tmp/fresh python benchmarks/bench.py --tune 30 --out DIR  # from scratch
     python benchmarks/bench.py --join DIR1 DIR2 --out DIR        # one table from two runs
+
+DIR: a new folder, by convention benchmarks/results/DATE-DEVICE-CONTENT/ (e.g.
+benchmarks/results/2026-11-30-h200-suite/).
 
 For each shape: cuBLAS SGEMM through PyTorch with TF32 off (CUDA events), the tutorial
 16x16 `tiled` kernel, and autotune's best cached kernel with wgpu's runtime checks on and
@@ -235,7 +238,7 @@ def run(shapes, out: Path | None, tune_s: float | None = None, rounds: int = 1) 
 
 def joined(parts: list[Path]) -> dict:
     """One report from the bench.json of several runs (each on a share of the suite, when
-    one device call cannot hold the whole of it): rows in suite order, a later run's row
+    one run cannot hold the whole of it): rows in suite order, a later run's row
     of a shape replacing an earlier one (e.g. after a longer tune), each keeping the cuBLAS
     time of its own run; the provenance of every run."""
     reports = [json.loads((part / "bench.json").read_text()) for part in parts]

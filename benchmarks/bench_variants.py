@@ -1,6 +1,6 @@
 """Benchmark the variants: f16 (both accumulations) and transposed B (NT), same run as cuBLAS.
 
-    python benchmarks/bench_variants.py --rows f16 --out benchmarks/results/h200-f16
+    python benchmarks/bench_variants.py --rows f16 --out benchmarks/results/DATE-h200-f16
     python benchmarks/bench_variants.py --rows nt --tune 30 --out DIR   # tune them first
     python benchmarks/bench_variants.py --join DIR1 DIR2 --out DIR      # one table from two runs
 

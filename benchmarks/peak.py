@@ -7,7 +7,7 @@ For f32 and f16 (`enable f16;`), in scalars, vec2 and vec4, written as `fma()` a
 by the FMA units alone. If f16 comes out near twice f32 in some form, the driver packs f16
 pairs into paired half-precision FMAs (HFMA2 on NVIDIA), and a GEMM written that way can
 hope for up to twice the f32 rate; near 1x in every form, no WGSL f16 GEMM can (the H200,
-2026-11-30: 1.02x in all six, results/h200-2026-11-30-session6/call1/peak.txt).
+2026-11-30: 1.02x in all six, results/2026-11-30-h200-ceilings/peak.txt).
 Runtime checks are off; the time is the wall clock over 20 dispatches after a warm-up.
 """
 

@@ -24,12 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import autotune
+from autotune.data import BUILT_IN as TEMPLATES
 from autotune.device import Fingerprint, versions
+from autotune.evaluate import Outcome, Replay, evaluate
 from autotune.measure import Measurement
 from autotune.problem import parse_shape
-from autotune.search import Outcome, evaluate, search
+from autotune.search import search
 from autotune.space import Config, load_space
-from autotune.tune import TEMPLATES
 
 
 def git_commit() -> str:
@@ -138,7 +139,7 @@ def replay(args) -> None:
                     trials=args.budget,
                     sampler=sampler,
                     seed=seed,
-                    evaluator=evaluator,
+                    evaluator=Replay(evaluator),
                     on_trial=on_trial,
                 )
             needed.append(hits[0] if hits else None)

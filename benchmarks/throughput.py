@@ -16,8 +16,9 @@ import sys
 import optuna
 
 import autotune
+from autotune.evaluate import reference_seed
 from autotune.problem import parse_shape
-from autotune.search import reference_seed, search
+from autotune.search import search
 from autotune.worker import Worker
 
 
@@ -45,7 +46,7 @@ def main(argv=None) -> int:
                 checks=checks,
                 seed=0,
                 storage=optuna.storages.InMemoryStorage(),
-                worker=worker,
+                evaluator=worker,
                 compile_ahead=ahead,
                 on_trial=lambda event, seen=compile_s: seen.append(event["outcome"].compile_s),
             )

@@ -2,7 +2,7 @@
 
     python benchmarks/variants.py --shape 4096x4096x4096 \
         --config "VEC=4 BM=128 TM=8 BN=128 TN=8 BK=16 PAD=0 UNROLL=1 DB=1 AT=0 GROUP=1 WARP=0" \
-        --vary AT=0,1 --vary GROUP=1,16 --out results/variants.json
+        --vary AT=0,1 --vary GROUP=1,16 --out variants.json
 
 --dtype, --layout, --accumulate and --epilogue pick a variant problem (with --template blockedx);
 --checks on/off times one mode only. Each config is taken with every combination of the

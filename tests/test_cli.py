@@ -163,8 +163,8 @@ def test_variant_tune_lookup_export(gpu, tmp_path, capsys):
     assert manifest.name == "gemm_40x48x24_f16_nt_b2_bias_gelu.json"
     assert data["required_features"] == ["shader-f16"] and data["layout"] == "nt"
     assert data["batch"] == 2 and data["epilogue"]["ops"] == ["bias", "gelu"]
-    assert [b["name"] for b in data["bindings"]] == ["A", "B", "C", "dims", "bias"]
-    assert data["dispatch"][2] == 2 and data["bindings"][1]["shape"] == [2, 48, 24]
+    assert [b["name"] for b in data["buffers"]] == ["A", "B", "C", "dims", "bias"]
+    assert data["passes"][0]["dispatch"][2] == 2 and data["buffers"][1]["shape"] == [2, 48, 24]
     wgsl = manifest.with_suffix(".wgsl").read_text()  # the header after `enable f16;`
     assert wgsl.startswith("enable f16;\n// autotune GEMM kernel, f16, M = 40")
     gpu.create_shader_module(wgsl)  # still valid WGSL

@@ -1,8 +1,9 @@
 """Faults during tuning cost one trial each: a hang, a crashed worker, a lost device.
 
 The faults are real: the test-only `faulty` template (tests/faulty) hangs the GPU with
-MODE=6 (65535 x 65535 workgroups), and the test-only hooks of autotune/faults.py make the
-worker process abort (SIGABRT) or destroy its own device before a candidate.
+MODE=6 (65535 x 65535 workgroups), and the test-only hooks of tests/faulty/faults.py
+(planted through the worker's seam) make the worker process abort (SIGABRT) or destroy
+its own device before a candidate.
 """
 
 import json
@@ -12,9 +13,9 @@ from pathlib import Path
 
 import optuna
 import pytest
+from faulty import faults
 
 import autotune
-from autotune import faults
 from autotune.lookup import forget
 from autotune.problem import Problem
 from autotune.search import search
@@ -30,6 +31,10 @@ def faulty(mode: int) -> Config:
     return Config.make("faulty", {"MODE": mode})
 
 
+# what a worker process runs: autotune's own, or the one with faults planted
+WORKER_ENTRIES = (b"from autotune.worker import main", b"from faults import main")
+
+
 def workers_of_this_process() -> list[int]:
     """Live worker processes started by this test process (Linux /proc)."""
     found = []
@@ -39,14 +44,16 @@ def workers_of_this_process() -> list[int]:
             command = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if int(status[1]) == os.getpid() and status[0] != "Z" and b"autotune.worker" in command:
+        is_worker = any(entry in command for entry in WORKER_ENTRIES)
+        if int(status[1]) == os.getpid() and status[0] != "Z" and is_worker:
             found.append(int(pid))
     return found
 
 
 @pytest.fixture
 def planned_faults(monkeypatch):
-    """Plan worker faults by config (see autotune/faults.py)."""
+    """Plan worker faults by config (see tests/faulty/faults.py)."""
+    faults.plant(monkeypatch)
 
     def plan(**by_config):
         monkeypatch.setenv(faults.ENV, json.dumps(by_config))
@@ -60,16 +67,10 @@ def test_hang_crash_and_lost_device_each_cost_one_trial(
     planned_faults(**{"faulty MODE=11": "abort", "faulty MODE=12": "lose-device"})
     url = f"sqlite:///{tmp_path / 'study.db'}"
     started = time.monotonic()
-    result = search(
-        PROBLEM,
-        gpu,
-        templates=["faulty"],
-        trials=13,
-        sampler="grid",
-        storage=url,
-        max_dispatch_s=0.05,
-        candidate_timeout=5.0,
-    )
+    with Worker(gpu.fingerprint.as_dict(), candidate_timeout=5.0) as worker:
+        worker.prepare(PROBLEM, 1, True)
+        result = search(PROBLEM, gpu, templates=["faulty"], trials=13, sampler="grid",
+                        storage=url, max_dispatch_s=0.05, evaluator=worker)  # fmt: skip
     assert result.measured == 13 and result.best.config == faulty(0)
     study = optuna.load_study(study_name=result.study_name, storage=url)
     trials = {t.user_attrs["params"]["MODE"]: t for t in study.trials if "reason" in t.user_attrs}
@@ -129,9 +130,11 @@ def test_worker_restarts_after_each_fault_and_keeps_working(gpu, faulty_template
         first = worker.pid
         assert workers_of_this_process() == [first]  # (the check below can see a worker)
         for mode, reason in ((6, "timeout"), (11, "crashed"), (12, "device-lost")):
-            assert worker.evaluate(faulty(mode), timeout_s=2.0).reason == reason
+            worker.candidate_timeout = 2.0
+            assert worker.evaluate(faulty(mode)).reason == reason
             assert worker.process is None  # gone: stopped or died, never left spinning
-            outcome = worker.evaluate(faulty(0), timeout_s=30.0)
+            worker.candidate_timeout = 30.0
+            outcome = worker.evaluate(faulty(0))
             assert outcome.ok, outcome.detail
         assert worker.starts == 4 and worker.pid != first
     assert workers_of_this_process() == []
@@ -156,7 +159,7 @@ def test_nearest_and_exported_kernels_are_verified_at_their_shape(gpu, faulty_te
         config = faulty(mode)
         store.put(
             cache.Entry(
-                cache.Key.of(problem, "faulty", True), config.as_dict(), 1e-6, 1e-6, 1e-6,
+                cache.Key.of(problem, config, True), config.as_dict(), 1e-6, 1e-6, 1e-6,
                 "wall", 1.0, 0.0,
             )
         )  # fmt: skip

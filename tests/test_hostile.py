@@ -16,12 +16,13 @@ import pytest
 import autotune
 from autotune import cache
 from autotune.device import versions
+from autotune.evaluate import Outcome
 from autotune.lookup import forget
 from autotune.measure import Measurement
 from autotune.problem import Problem
-from autotune.render import render, template_hash
-from autotune.search import Outcome, _study_best
+from autotune.render import kernel_id, render
 from autotune.space import Config, SpaceError, load_space
+from autotune.study import Study
 
 PROBLEM = Problem(64, 64, 64)
 
@@ -34,7 +35,7 @@ def store_for(folder, gpu=None):
 def good_entry(problem=PROBLEM, template="naive"):
     config = load_space(template).seed_configs(problem)[0]
     return cache.Entry(
-        key=cache.Key.of(problem, template, True),
+        key=cache.Key.of(problem, config, True),
         params=config.as_dict(),
         median_s=1e-4,
         p20_s=1e-4,
@@ -119,6 +120,8 @@ BAD_ENTRIES = {
     "extra param": mangle(params={"WX": 16, "WY": 16, "EVIL": 1}),
     "param value not in the space": mangle(params={"WX": 48, "WY": 16}),
     "date with WGSL after a newline": mangle(date="2026\n@compute fn main() {}"),
+    "date with a trailing newline": mangle(date="2026-01-02T03:04:05Z\n"),
+    "origin with a trailing newline": mangle(origin="host\n"),
     "failures of an unknown reason": mangle(failures={"{{7*7}}": 1}),
     "template a path": mangle_key(template="../../etc/passwd"),
     "template Jinja": mangle_key(template="{{7*7}}"),
@@ -159,14 +162,13 @@ def test_lookup_never_serves_a_stale_or_no_longer_valid_entry(gpu, tmp_path, mon
     store.put(entry)
     assert autotune.lookup(64, 64, 64, cache_dir=tmp_path / "cache").source == "exact"
     (mine / "mine.wgsl.j2").write_text(wgsl + "// edited\n")
-    assert template_hash("mine") != entry.key.template_hash
+    assert kernel_id(entry.config, PROBLEM) != entry.key.kernel
     assert autotune.lookup(64, 64, 64, cache_dir=tmp_path / "cache").source != "exact"
-    # a config the space no longer allows, under the space's current hash
+    # a config the space no longer allows (its kernel unchanged): skipped with a warning
     (mine / "mine.wgsl.j2").write_text(wgsl)
     toml = (mine / "mine.toml").read_text().replace("WX = [8, 16, 32, 64]", "WX = [8, 32, 64]")
     (mine / "mine.toml").write_text(toml)
     assert source.params["WX"] == (8, 16, 32, 64) and entry.params["WX"] == 16
-    store.put(cache.Entry(**(vars(entry) | {"key": cache.Key.of(PROBLEM, "mine", True)})))
     forget()  # as a new process would: no memo of the lookup above
     with pytest.warns(cache.CacheWarning, match="WX=16 is not one of"):
         assert autotune.lookup(64, 64, 64, cache_dir=tmp_path / "cache").source != "exact"
@@ -205,7 +207,7 @@ def test_render_refuses_anything_but_a_valid_config(config):
 def test_shared_study_with_crafted_trials_is_not_trusted():
     """Another user's trial in a shared storage: a config that is a path, or a
     measurement that is not numbers, is passed over, never rendered or cached."""
-    study = optuna.create_study()
+    study = Study("shared", None, optuna.samplers.RandomSampler(), PROBLEM, ["naive"])
     for attrs in (
         {"template": "../../etc/passwd", "params": {"WX": 16}},
         {"template": "naive", "params": {"WX": "{{7*7}}", "WY": 16}},
@@ -219,8 +221,8 @@ def test_shared_study_with_crafted_trials_is_not_trusted():
                                 "method": "wall", "repeats": 1, "passes": 1,
                                 "wall_median_s": 1e-9}},
         )  # fmt: skip
-        study.add_trial(trial)
-    assert _study_best(study, None, PROBLEM) is None
+        study.optuna.add_trial(trial)
+    assert study.best(None) is None
     seconds = Measurement(1e-3, 1e-3, 1e-3, "wall", 1, 3, 1e-3)
     own = Outcome(Config.make("naive", {"WX": 16, "WY": 16}), seconds)
-    assert _study_best(study, own, PROBLEM) is own
+    assert study.best(own) is own

@@ -10,7 +10,7 @@ from autotune.compile import compile_shader
 from autotune.kernel import uniform_bytes
 from autotune.measure import TooSlow, measure
 from autotune.problem import Problem
-from autotune.render import bindings, render
+from autotune.render import render
 from autotune.space import load_space
 
 pytestmark = pytest.mark.gpu
@@ -46,35 +46,33 @@ def test_too_slow_candidate_is_cut_short(gpu, known_kernel):
 
 
 def _own_clock(compiled, gpu, samples: int) -> list[float]:
-    """Seconds of one dispatch by the test's own clock, `samples` times: fresh buffers,
-    one plain dispatch per submission, waited for by reading C back (no autotune timing
-    code)."""
-    problem = compiled.shader.problem
+    """Seconds of one run of the kernel's plan (one dispatch for a plain tiled kernel) by
+    the test's own clock, `samples` times: its own buffers, one plain pass per
+    submission, waited for by reading C back (no autotune timing code)."""
+    problem, plan = compiled.shader.problem, compiled.shader.plan
     rng = np.random.default_rng(0)
-    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC
-    buffers = {
-        name: gpu.device.create_buffer_with_data(
-            data=rng.standard_normal(shape, dtype=np.float32), usage=usage
-        )
-        for name, shape in problem.matrix_shapes().items()
-    }
-    buffers["dims"] = gpu.device.create_buffer_with_data(
-        data=uniform_bytes(problem), usage=wgpu.BufferUsage.UNIFORM
-    )
+    storage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC
+    buffers = {}
+    for binding in plan.bindings:
+        if binding.kind == "uniform":
+            data, usage = uniform_bytes(problem), wgpu.BufferUsage.UNIFORM
+        else:
+            data, usage = rng.standard_normal(binding.size // 4, dtype=np.float32), storage
+        buffers[binding.name] = gpu.device.create_buffer_with_data(data=data, usage=usage)
     group = gpu.device.create_bind_group(
         layout=compiled.bind_group_layout,
         entries=[
-            {"binding": number, "resource": {"buffer": buffers[name]}}
-            for number, name, _ in bindings(problem)
+            {"binding": b.number, "resource": {"buffer": buffers[b.name]}} for b in plan.bindings
         ],
     )
     times = []
     for _ in range(samples):
         encoder = gpu.device.create_command_encoder()
         compute = encoder.begin_compute_pass()
-        compute.set_pipeline(compiled.pipeline)
         compute.set_bind_group(0, group)
-        compute.dispatch_workgroups(*compiled.shader.dispatch)
+        for pipeline, step in zip(compiled.pipelines, plan.passes, strict=True):
+            compute.set_pipeline(pipeline)
+            compute.dispatch_workgroups(*step.grid)
         compute.end()
         start = time.perf_counter()
         gpu.queue.submit([encoder.finish()])

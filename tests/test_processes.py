@@ -16,9 +16,10 @@ from pathlib import Path
 
 import optuna
 import pytest
+from faulty import faults
 
 import autotune
-from autotune import cache, faults
+from autotune import cache
 from autotune.device import versions
 from autotune.problem import Problem
 from autotune.search import study_name
@@ -30,8 +31,9 @@ TRIALS = 6
 
 
 def tune_command(tmp_path, shape, *extra):
+    """`python -m autotune tune ...`, run as faults.py (the CLI with faults planted)."""
     return [
-        sys.executable, "-m", "autotune", "tune", "--shape", shape, "--template", "naive",
+        sys.executable, faults.__file__, "tune", "--shape", shape, "--template", "naive",
         "--cache", str(tmp_path / "cache"), *extra,
     ]  # fmt: skip
 
@@ -83,7 +85,7 @@ def test_killed_tune_loses_nothing_and_resumes(gpu, tmp_path, how, point):
     config = load_space("naive").seed_configs(earlier)[0]
     store.put(
         cache.Entry(
-            cache.Key.of(earlier, "naive", True), config.as_dict(), 1e-3, 1e-3, 1e-3,
+            cache.Key.of(earlier, config, True), config.as_dict(), 1e-3, 1e-3, 1e-3,
             "wall", earlier.flops / 1e-3 / 1e9, 0.0,
         )
     )  # fmt: skip

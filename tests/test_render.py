@@ -16,7 +16,8 @@ def test_render_sampled_configs_leaves_no_jinja(template):
         shader = render(config, problem)
         assert "{{" not in shader.wgsl and "{%" not in shader.wgsl and "}}" not in shader.wgsl
         assert "@compute" in shader.wgsl and "fn main" in shader.wgsl
-        assert shader.dispatch[0] * shader.workgroup_size[0] >= 1
+        (step,) = shader.plan.passes
+        assert step.entry_point == "main" and min(step.grid + step.workgroup_size) >= 1
 
 
 def test_blocked_register_tile_is_unrolled_into_variables():

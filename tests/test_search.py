@@ -257,10 +257,10 @@ def test_replayed_search_is_frugal_with_proposals(sampler):
     """No GPU: a recorded cost replaces it. The sampler's repeats are replaced by
     unmeasured neighbours, so proposals stay few per measured trial and none is measured
     twice, and TPE gets close to the best."""
+    from autotune.evaluate import Outcome, Replay
     from autotune.measure import Measurement
-    from autotune.search import Outcome
 
-    def evaluator(config):
+    def recorded(config):
         s = _synthetic_seconds(config)
         return Outcome(config, Measurement(s, s, s, "timestamp", 1, 1, s), error=0.0)
 
@@ -274,7 +274,7 @@ def test_replayed_search_is_frugal_with_proposals(sampler):
         sampler=sampler,
         seed=0,
         storage=storage,
-        evaluator=evaluator,
+        evaluator=Replay(recorded),
     )
     study = optuna.load_study(study_name=result.study_name, storage=storage)
     measured = [t.user_attrs["config"] for t in measured_trials(study)]
@@ -295,8 +295,8 @@ def test_a_trial_another_process_finished_first_is_left_to_it(tmp_path):
     waiting trial is not atomic there; seen with two `tune` processes starting together).
     Played here: while a seed is measured, "the other process" finishes its trial. The
     search leaves that result standing and goes on (it used to crash on its own tell)."""
+    from autotune.evaluate import Outcome, Replay
     from autotune.measure import Measurement
-    from autotune.search import Outcome
 
     url = f"sqlite:///{tmp_path / 'study.db'}"
     taken = []
@@ -314,7 +314,7 @@ def test_a_trial_another_process_finished_first_is_left_to_it(tmp_path):
 
     result = search(
         Problem(256, 256, 256), _Recorded(), templates=["blocked"], trials=8, seed=0,
-        storage=url, evaluator=evaluator,
+        storage=url, evaluator=Replay(evaluator),
     )  # fmt: skip
     assert result.measured == 8 and len(taken) == 3
     study = optuna.load_study(study_name=result.study_name, storage=url)

@@ -6,7 +6,7 @@ import pytest
 from autotune.device import WEBGPU_DEFAULT_LIMITS
 from autotune.problem import Problem
 from autotune.space import (
-    LIMITED,
+    DEFAULT_PASS_NEEDS,
     Config,
     Space,
     SpaceError,
@@ -138,7 +138,7 @@ def test_expressions_compute():
         ("[params]\nX = ['a']\n", "must list integers"),
         (
             "[params]\nX = [1]\n[derived]\n"
-            + "\n".join(f"{n} = '1'" for n in LIMITED)
+            + "\n".join(f"{n} = '1'" for n in DEFAULT_PASS_NEEDS)
             + "\n[constraints]\nc = 'Y > 1'\n",
             "reads",
         ),

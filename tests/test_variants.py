@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 
 import autotune
-from autotune.cache import Key, _parse_key
+from autotune import cache
 from autotune.compile import compile_shader
 from autotune.data import data_path
 from autotune.kernel import check_features
+from autotune.key import Key
 from autotune.measure import measure
 from autotune.problem import Problem, ProblemError
-from autotune.render import render, template_hash
+from autotune.render import render
 from autotune.space import load_space
 from autotune.verify import Reference, tolerance, verify
 
@@ -36,16 +37,16 @@ PROBLEMS = [
 
 
 def test_plain_problem_keeps_the_blocked_template_and_its_shipped_entries():
-    """The blocked template serves the plain problem only, and every template's hash is
-    still the one the shipped cache's entries were tuned with (they stay served: a change
-    to a template or its space needs the shipped entries tuned again)."""
-    hashes = {}
+    """The blocked template serves the plain problem only, and every shipped cache entry
+    is current: its config still renders the kernel it was tuned as (a template change
+    that renders other WGSL for a shipped entry needs that entry tuned again)."""
+    templates = set()
     for path in data_path("cache").glob("*.json"):
-        for key in json.loads(path.read_text())["entries"]:
-            template, digest = key.split(":")[:2]
-            hashes.setdefault(template, set()).add(digest)
-    assert {"blocked", "blockedx"} <= set(hashes)
-    assert hashes == {t: {template_hash(t)} for t in hashes}
+        for text, value in json.loads(path.read_text())["entries"].items():
+            entry = cache.Entry.from_json(text, value)
+            assert cache.is_current(entry), f"{path.name}: {text} is stale"
+            templates.add(entry.key.template)
+    assert {"blocked", "blockedx"} <= templates
     variant = Problem(64, 64, 64, "f16")
     for template in ("blocked", "tiled", "naive"):
         space = load_space(template)
@@ -75,7 +76,9 @@ def test_render_variants():
     f16 = Problem(64, 64, 64, "f16", "nt", 4, True, "bias,gelu")
     shader = render(space.seed_configs(f16)[0], f16)
     assert shader.wgsl.startswith("enable f16;\n")
-    assert shader.dispatch[2] == 4 and "fn gelu" in shader.wgsl and "bias[c]" in shader.wgsl
+    assert (
+        shader.plan.passes[0].grid[2] == 4 and "fn gelu" in shader.wgsl and "bias[c]" in shader.wgsl
+    )
     assert "@binding(4) var<storage, read> bias" in shader.wgsl
     plain_f32 = Problem(64, 64, 64, "f32", "tn")
     assert "enable f16" not in render(space.seed_configs(plain_f32)[0], plain_f32).wgsl
@@ -97,22 +100,22 @@ def test_tolerance_per_dtype_and_accumulation():
 
 
 def test_cache_keys_of_variants():
-    plain = Key.of(Problem(8, 16, 32), "blocked", True)
-    assert str(plain).count(":") == 6 and str(plain).endswith(":f32:nn:device:8x16x32")
+    plain_problem = Problem(8, 16, 32)
+    plain = Key.of(plain_problem, load_space("blocked").seed_configs(plain_problem)[0], True)
+    assert str(plain).endswith(":checks:f32:nn:device:8x16x32:b1:none")
     problem = Problem(8, 16, 32, "f16", "nt", 8, True, "gelu,bias")
-    key = Key.of(problem, "blockedx", False)
+    key = Key.of(problem, load_space("blockedx").first_config(problem), False)
     assert str(key).endswith(":nochecks:f16:nt:device:8x16x32:b8s:bias,gelu")
-    assert _parse_key(str(key)) == key and key.problem == problem
-    unbatched = Key.of(Problem(8, 16, 32, "f16", "tt"), "blockedx", True)
-    assert str(unbatched).endswith(":f16:tt:device:8x16x32") and _parse_key(str(unbatched))
+    assert Key.parse(str(key)) == key and key.problem == problem
     for bad in (":b0:none", ":b2:tanh", ":b2:gelu,bias", ":b1s:none", ":x:none"):
         with pytest.raises(ValueError):
-            _parse_key(str(unbatched) + bad)
-    pinned = Key.of(Problem(8, 16, 32, "f16", accumulate="f32"), "blockedx", True)
-    assert ":f16-acc32:nn:" in str(pinned) and _parse_key(str(pinned)).accumulate == "f32"
+            Key.parse(str(key).rsplit(":", 2)[0] + bad)
+    pinned_problem = Problem(8, 16, 32, "f16", accumulate="f32")
+    pinned = Key.of(pinned_problem, load_space("blockedx").first_config(pinned_problem), True)
+    assert ":f16-acc32:nn:" in str(pinned) and Key.parse(str(pinned)).problem.accumulate == "f32"
     for bad in ("f32-acc32", "f16-acc64", "f16-acc"):
         with pytest.raises(ValueError):
-            _parse_key(str(pinned).replace("f16-acc32", bad))
+            Key.parse(str(pinned).replace("f16-acc32", bad))
 
 
 def test_accumulation_can_be_pinned():
@@ -244,7 +247,7 @@ def test_f16_manifest_sizes_are_whole_words(gpu):
     problem = Problem(37, 41, 29, "f16", "tn", 1, False, "bias")
     config = load_space("blockedx").seed_configs(problem)[0]
     data = manifest(Kernel(problem, config, "default", gpu=gpu), "odd")
-    sizes = {b["name"]: b.get("size_bytes") for b in data["bindings"]}
+    sizes = {b["name"]: b.get("size_bytes") for b in data["buffers"]}
     assert sizes == {"A": 29 * 37 * 2 + 2, "B": 29 * 41 * 2 + 2, "C": 37 * 41 * 2 + 2,
                      "dims": 32, "bias": 41 * 2 + 2}  # fmt: skip
     assert data["required_features"] == ["shader-f16"] and data["accumulation"] == "f32"

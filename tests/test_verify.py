@@ -116,3 +116,77 @@ def test_planted_kernels_look_right_where_a_weak_check_would_look(gpu, faulty_te
     np.testing.assert_allclose(run(10, A, B), A @ B, rtol=1e-5)
     np.testing.assert_allclose(run(8, A, B, fill=0.0), A @ B, rtol=1e-5)
     np.testing.assert_allclose(run(7, A, B), A @ B, rtol=1e-5)  # wrong only outside C
+
+
+# --- the output format's own rounding, subnormals included ----------------------------
+
+F16_K1 = [Problem(97, 251, 1, "f16"), Problem(200, 200, 1, "f16")]
+F16_TINY = 2.0**-14  # f16's smallest normal: below it the spacing is 2**-24, fixed
+
+
+def rounded_f16(problem, seed):
+    """A, B and the correctly rounded f16 product: what a right kernel stores."""
+    A, B = random_operands(problem, np.random.default_rng(seed))
+    return A, B, (A.astype(np.float64) @ B.astype(np.float64)).astype(np.float16)
+
+
+@pytest.mark.parametrize("problem", F16_K1, ids=str)
+def test_correctly_rounded_f16_passes_with_subnormal_results(problem):
+    """At K = 1 each element is one product, often tiny: f16 stores it with an absolute
+    spacing (2**-24 among subnormals) that no relative allowance covers."""
+    for seed in range(5):
+        A, B, C = rounded_f16(problem, seed)
+        want = A.astype(np.float64) @ B.astype(np.float64)
+        assert np.any((want != 0) & (np.abs(want) < F16_TINY))  # the case is exercised
+        verdict = check_result(C, A, B, problem)
+        assert verdict.ok, f"seed {seed}: {verdict.reason}"
+
+
+@pytest.mark.parametrize("off", [2, -2, "sign", "zero"])
+def test_a_wrong_tiny_f16_value_fails(off):
+    """The allowance is half a spacing of the output format, no more: the smallest
+    nonzero element (a subnormal) two spacings off, negated or dropped (zero) is refused."""
+    problem = F16_K1[0]
+    A, B, C = rounded_f16(problem, 0)
+    index = np.unravel_index(np.argmin(np.where(C != 0, np.abs(C), np.inf)), C.shape)
+    assert 0 < abs(C[index]) < F16_TINY
+    C = C.copy()
+    tiny = C[index]
+    spacing = np.spacing(np.abs(tiny))
+    if off == "sign":
+        C[index] = -tiny
+    elif off == "zero":
+        C[index] = 0
+    else:
+        C[index] = tiny + off * spacing
+    assert C[index] != tiny
+    assert not check_result(C, A, B, problem).ok, off
+
+
+def test_f16_output_still_sees_a_dropped_product():
+    problem = Problem(67, 45, 300, "f16")
+    A, B = random_operands(problem, np.random.default_rng(0))
+    A64, B64 = A.astype(np.float64), B.astype(np.float64)
+    C = (A64 @ B64).astype(np.float16)
+    assert check_result(C, A, B, problem).ok
+    for k in (0, 150, 299):  # one product of each dot product left out
+        dropped = (A64 @ B64 - np.outer(A64[:, k], B64[k])).astype(np.float16)
+        assert not check_result(dropped, A, B, problem).ok, k
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem", F16_K1, ids=str)
+def test_default_f16_kernel_at_k_1_verifies_every_time(gpu, problem):
+    """The default f16 kernel's output is NumPy's correctly rounded product, and it is
+    accepted on every fresh set of data (it was refused at random)."""
+    from autotune.kernel import check_features
+    from autotune.lookup import default_kernel
+    from autotune.verify import Reference, verify
+
+    check_features(problem, gpu.features)
+    kernel = default_kernel(problem, gpu, reference=Reference(problem, seed=0))
+    for seed in range(1, 5):
+        verdict = verify(kernel.compiled, gpu, seed=seed)
+        assert verdict.ok, f"seed {seed}: {verdict.reason}"
+    A, B, C = rounded_f16(problem, 9)
+    np.testing.assert_array_equal(kernel(A, B), C)

@@ -2,7 +2,8 @@
 // on random data and compares C with a float64 reference. Reports on the console, with
 // the JSON base64-encoded so that Chromium's quoting of console lines cannot mangle it:
 //   AUTOTUNE_ADAPTER <base64 json>
-//   AUTOTUNE_RESULT <base64 json>   one line per bundle
+//   AUTOTUNE_RESULT <base64 json>   one line per bundle ("loaded": false when NAME.js
+//                                   does not parse as an ES module, with the SyntaxError)
 //   AUTOTUNE_DONE                   at the end
 const say = (tag, value) => console.log(`${tag} ${btoa(JSON.stringify(value))}`);
 const report = (result) => say("AUTOTUNE_RESULT", result);
@@ -85,7 +86,13 @@ function worstError(C, ops, m, alpha, beta, out) {
 }
 
 async function runBundle(name) {
-  const { createGemm, manifest } = await import(`./${name}.js`);
+  let bundle;
+  try {
+    bundle = await import(`./${name}.js`);
+  } catch (error) {  // the module does not parse: said as such, not as a kernel's fault
+    return { name, ok: false, loaded: false, errors: [`${name}.js does not load: ${error}`] };
+  }
+  const { createGemm, manifest } = bundle;
   const adapter = await navigator.gpu.requestAdapter();  // an adapter gives one device
   for (const feature of manifest.required_features) {
     if (!adapter.features.has(feature)) {
@@ -96,8 +103,8 @@ async function runBundle(name) {
       } catch (error) {
         refused = String(error);
       }
-      return { name, skipped: `this adapter (${adapter.info?.architecture}) lacks ${feature}`,
-               refused };
+      return { name, loaded: true,
+               skipped: `this adapter (${adapter.info?.architecture}) lacks ${feature}`, refused };
     }
   }
   const device = await adapter.requestDevice({
@@ -110,7 +117,7 @@ async function runBundle(name) {
   const { M, N, K } = manifest.shape;
   const dtype = manifest.dtype, size = dtype === "f16" ? 2 : 4;
   const count = (binding) => binding.shape.reduce((x, y) => x * y, 1);
-  const byName = Object.fromEntries(manifest.bindings.map((b) => [b.name, b]));
+  const byName = Object.fromEntries(manifest.buffers.map((b) => [b.name, b]));
   const ops = {
     A: quantize(randomMatrix(count(byName.A), 7 + M)),
     B: quantize(randomMatrix(count(byName.B), 11 + N)),
@@ -151,8 +158,8 @@ async function runBundle(name) {
     : 2 ** -24 * (16 * Math.sqrt(K) + 16);
   const errors = uncaptured.concat(validation ? [validation.message] : []);
   device.destroy();
-  return { name, ok: errors.length === 0 && worst <= tolerance, worst, tolerance, errors,
-           config: manifest.config };
+  return { name, loaded: true, ok: errors.length === 0 && worst <= tolerance, worst, tolerance,
+           errors, config: manifest.config };
 }
 
 const names = new URLSearchParams(location.search).get("bundles").split(",");
@@ -165,8 +172,8 @@ if (!adapter) {
   for (const name of names) {
     try {
       report(await runBundle(name));
-    } catch (error) {
-      report({ name, ok: false, errors: [String(error)] });
+    } catch (error) {  // thrown after the module loaded (runBundle reports load errors)
+      report({ name, loaded: true, ok: false, errors: [String(error)] });
     }
   }
 }

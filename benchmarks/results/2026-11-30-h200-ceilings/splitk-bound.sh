@@ -1,7 +1,12 @@
-# One device call (2026-11-30, sixth session, ninth): how fast could split-K make the
-# few-row shapes? A split of K into S parts runs the workgroups of an (S*M) x N x (K/S)
-# GEMM (same tiles, same depth each), so those shapes' speed bounds what split-K would
-# reach before its reduction (which adds a pass over S partial C's: a few microseconds).
+# How fast could split-K make the few-row shapes? (2026-11-30, commit 169aaa8; its output
+# is splitk.txt beside this script.) A split of K into S parts runs the workgroups of an
+# (S*M) x N x (K/S) GEMM (same tiles, same depth each), so those shapes' speed bounds what
+# split-K would reach before its reduction (which adds a pass over S partial C's: a few
+# microseconds).
+#
+#     OUT=/tmp/splitk bash benchmarks/results/2026-11-30-h200-ceilings/splitk-bound.sh COMMIT
+#
+# run from the repository root on the H200, with OUT an existing folder for the output.
 export AUTOTUNE_ADAPTER=nvidia AUTOTUNE_COMMIT=$1 AUTOTUNE_CACHE=$OUT/c
 C1="VEC=4 BM=64 TM=16 BN=128 TN=4 BK=16 PAD=0 UNROLL=1 AT=1 GROUP=1 DB=1 WARP=0"
 C2="VEC=4 BM=64 TM=8 BN=128 TN=8 BK=16 PAD=0 UNROLL=1 AT=1 GROUP=1 DB=1 WARP=0"

@@ -1,0 +1,288 @@
+"""Study: the Optuna study a search keeps its trials in, shared by every process (and
+machine) tuning one problem on one kind of device.
+
+A trial is one claimed config. Its claim is made in the study, so that two processes on
+one storage never measure one config twice: the later claim backs off (`duplicate`).
+A measured trial carries what was measured in readable user attributes (config,
+template, params, reason, GFLOP/s, measurement, error), so that optuna-dashboard shows a
+useful view of a study. A trial whose process was killed (left RUNNING by a process of
+this machine that is gone) is failed as interrupted when the study is next opened, and
+its config measured again. The budget is the study's: trials measured by any process,
+plus those claimed before this one and still running.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+from collections.abc import Sequence
+
+import optuna
+
+from .device import Gpu
+from .evaluate import Outcome
+from .measure import Measurement
+from .problem import Problem
+from .render import template_hash
+from .space import Config, load_space
+
+TrialState = optuna.trial.TrialState
+REFRESH_S = 1.0  # other processes' results are read at most this often
+
+
+def study_name(
+    problem: Problem, templates: Sequence[str], checks: bool, gpu: Gpu, portable: bool = False
+) -> str:
+    """One study per device, problem, template set (and their content), check mode and
+    space (the device's limits or WebGPU's defaults)."""
+    parts = [
+        gpu.fingerprint.slug,
+        str(gpu.fingerprint.device_id),
+        problem.shape,
+        problem.dtype_text,
+        problem.layout,
+        "checks" if checks else "nochecks",
+    ]
+    if problem.batch > 1 or problem.epilogue != "none":  # plain names stay as they were
+        parts[5:5] = [problem.batch_text, problem.epilogue]
+    parts += ["portable"] if portable else []
+    parts += [f"{t}-{template_hash(t)}" for t in templates]
+    return ":".join(parts)
+
+
+class Study:
+    """The trials of one search, in an Optuna study (in memory, SQLite or a server)."""
+
+    def __init__(self, name: str, storage, sampler, problem: Problem, templates: Sequence[str]):
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.optuna = optuna.create_study(
+            study_name=name,
+            storage=storage,
+            direction="minimize",
+            sampler=sampler,
+            load_if_exists=True,
+        )
+        self.name, self.problem, self.templates = name, problem, tuple(templates)
+        self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
+        self._history: dict[str, float | None] = {}
+        self._read_at = -math.inf
+        self._fail_interrupted()
+
+    # --- what has been measured ------------------------------------------------------
+
+    def history(self) -> dict[str, float | None]:
+        """config text -> seconds (None: it failed), over every process's measured trials;
+        re-read at most once a second (with many pruned proposals, reading the study on
+        every ask would cost more than the search)."""
+        if time.monotonic() - self._read_at > REFRESH_S:
+            self._history, self._read_at = self._measured(), time.monotonic()
+        return self._history
+
+    def _measured(self) -> dict[str, float | None]:
+        history = {}
+        for trial in self.optuna.get_trials(deepcopy=False):
+            config = trial.user_attrs.get("config")
+            if config is None or not _claimed(trial) or trial.state == TrialState.RUNNING:
+                continue  # not a claim, interrupted, a duplicate, or still being measured
+            if trial.state == TrialState.COMPLETE:
+                history[config] = trial.value
+            else:
+                history.setdefault(config, None)
+        return history
+
+    def measured_count(self) -> int:
+        self._read_at = -math.inf
+        return len(self.history())
+
+    def running_before(self, trial: optuna.Trial) -> int:
+        """Claims of other trials still being measured, made before `trial`."""
+        return sum(
+            1
+            for other in self.optuna.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            if other.number < trial.number and _claimed(other)
+        )
+
+    # --- asking and claiming ---------------------------------------------------------
+
+    def ask(self) -> tuple[optuna.Trial, Config]:
+        """A trial and the config the study's sampler proposes for it."""
+        trial = self.optuna.ask()
+        return trial, self._config_of(trial)
+
+    def ask_for(self, config: Config) -> tuple[optuna.Trial, Config]:
+        """A trial for `config` (enqueued, then asked: the sampler sees it like its own)."""
+        self.enqueue(config)
+        return self.ask()
+
+    def enqueue(self, config: Config) -> None:
+        params = {f"{config.template}.{k}": v for k, v in config.params}
+        if len(self.templates) > 1:
+            params["template"] = config.template
+        self.optuna.enqueue_trial(params)
+
+    def _config_of(self, trial: optuna.Trial) -> Config:
+        templates = list(self.templates)
+        template = (
+            trial.suggest_categorical("template", templates) if len(templates) > 1 else templates[0]
+        )
+        params = {
+            name: trial.suggest_categorical(f"{template}.{name}", list(values))
+            for name, values in load_space(template).params.items()
+        }
+        return Config.make(template, params)
+
+    def prune(self, trial: optuna.Trial) -> None:
+        """An invalid proposal: pruned, so the sampler learns to avoid it; costs nothing."""
+        _owned(self.optuna.tell, trial, state=TrialState.PRUNED, skip_if_finished=True)
+
+    def answer_known(self, trial: optuna.Trial, seconds: float | None) -> None:
+        """A proposal measured before: told its earlier result, without the GPU."""
+        _owned(self._tell, trial, seconds)
+
+    def claim(self, trial: optuna.Trial, config: Config) -> bool:
+        """Claim `config` for this process; False when another trial holds it (this one
+        then backs off as a duplicate). The claim is written, then checked: of two claims
+        of one config at once, the later trial backs off."""
+        if not (
+            _owned(trial.set_user_attr, "config", str(config))
+            and _owned(trial.set_user_attr, "worker", self.worker_id)
+        ):
+            return False
+        if self._claimed_elsewhere(trial, config):
+            if _owned(trial.set_user_attr, "duplicate", True):
+                _owned(self._tell, trial, None)
+            return False
+        return True
+
+    def _claimed_elsewhere(self, trial: optuna.Trial, config: Config) -> bool:
+        for other in self.optuna.get_trials(deepcopy=False):
+            if (
+                other.number != trial.number
+                and other.user_attrs.get("config") == str(config)
+                and _claimed(other)
+                and (other.state != TrialState.RUNNING or other.number < trial.number)
+            ):
+                return True
+        return False
+
+    def finish(self, trial: optuna.Trial, outcome: Outcome) -> None:
+        """Record what was measured on the trial, then tell it finished."""
+        _owned(record, trial, outcome)
+        seconds = outcome.measurement.median_s if outcome.ok else None
+        self._history[str(outcome.config)] = seconds
+        _owned(self._tell, trial, seconds)
+
+    def release(self, trial: optuna.Trial) -> None:
+        """Give back a claimed trial that was not measured: failed and marked interrupted,
+        so it neither counts as measured nor keeps its config from being measured later."""
+        if _owned(trial.set_user_attr, "interrupted", True):
+            _owned(self._tell, trial, None)
+
+    def _tell(self, trial, seconds: float | None) -> None:
+        if seconds is None:
+            self.optuna.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+        else:
+            self.optuna.tell(trial, seconds, skip_if_finished=True)
+
+    def _fail_interrupted(self) -> None:
+        """Trials left RUNNING by a killed process of this machine: failed, as interrupted
+        (not counted as measured), so their configs can be measured again."""
+        host = socket.gethostname()
+        for trial in self.optuna.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            name, _, pid = str(trial.user_attrs.get("worker", "")).rpartition(":")
+            if name == host and pid.isdigit() and not _alive(int(pid)):
+                _owned(self.optuna.tell, trial.number, state=TrialState.FAIL, skip_if_finished=True)
+
+    # --- results ----------------------------------------------------------------------
+
+    def best(self, own: Outcome | None) -> Outcome | None:
+        """The best measured trial of the whole study (other processes' included). A
+        shared storage is written by other processes and users: a trial whose config is
+        not valid here or whose measurement is malformed is passed over, never trusted."""
+        best = own
+        for trial in self.optuna.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            if best is not None and best.measurement.median_s <= trial.value:
+                continue
+            outcome = outcome_of(trial, self.problem)
+            if outcome is not None:
+                best = outcome
+        return best
+
+    def finalists(self, count: int, seeds: Sequence[Config]) -> list[Config]:
+        """The study's `count` fastest configs, best first, then the seeds it measured: a
+        candidate timed while the GPU's clocks were down can rank far below its speed,
+        and the seeds are the configs most likely to be the fastest."""
+        complete = self.optuna.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        fastest, measured = [], set()
+        for trial in sorted(complete, key=lambda t: t.value):
+            outcome = outcome_of(trial, self.problem)
+            if outcome is not None:
+                measured.add(outcome.config)
+                if len(fastest) < count and outcome.config not in fastest:
+                    fastest.append(outcome.config)
+        return fastest + [c for c in seeds if c in measured and c not in fastest]
+
+
+def _claimed(trial: optuna.trial.FrozenTrial) -> bool:
+    """A trial that holds its config: neither given back nor a duplicate claim."""
+    attrs = trial.user_attrs
+    if "interrupted" in attrs or "duplicate" in attrs:
+        return False
+    return trial.state != TrialState.FAIL or "reason" in attrs  # FAIL without: interrupted
+
+
+def _owned(write, *args, **kwargs) -> bool:
+    """Write to a trial of ours; False when it is already finished. Optuna's SQLite storage
+    can hand one waiting (enqueued) trial to two processes at once (its pop is not atomic
+    there), and the other process may finish it first: its result stands, ours (of the
+    same config) is still reported to our caller."""
+    try:
+        write(*args, **kwargs)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return False
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return pid != os.getpid()
+
+
+def record(trial: optuna.Trial, outcome: Outcome) -> None:
+    """What was measured, as the trial's user attributes (optuna-dashboard shows them)."""
+    trial.set_user_attr("config", str(outcome.config))
+    trial.set_user_attr("template", outcome.config.template)
+    trial.set_user_attr("params", outcome.config.as_dict())
+    trial.set_user_attr("reason", outcome.reason)
+    trial.set_user_attr("compile_s", outcome.compile_s)
+    if outcome.detail:
+        trial.set_user_attr("detail", outcome.detail)
+    if outcome.ok:
+        m = outcome.measurement
+        trial.set_user_attr("measurement", m.as_dict())
+        trial.set_user_attr("error", outcome.error)
+
+
+def outcome_of(trial: optuna.trial.FrozenTrial, problem: Problem) -> Outcome | None:
+    """The Outcome a measured trial records; None for anything malformed or not valid
+    for `problem` (a shared study may hold crafted trials)."""
+    try:
+        attrs = trial.user_attrs
+        config = Config.make(attrs["template"], attrs["params"])
+        if load_space(config.template).why_invalid(config, problem) is not None:
+            return None
+        measurement = Measurement.from_dict(attrs["measurement"])
+        error = float(attrs.get("error", 0.0))
+        compile_s = float(attrs.get("compile_s", 0.0))
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not 0 <= error <= 1:
+        return None
+    return Outcome(config, measurement, error=error, compile_s=compile_s)

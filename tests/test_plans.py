@@ -1,0 +1,84 @@
+"""Launch plans: a kernel of two passes and a workspace, a template of the tests' own
+(tests/twopass, through AUTOTUNE_TEMPLATE_PATH), goes through the whole pipeline with no
+change in autotune/: verified, tuned, cached, looked up, exported, run in Chromium."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_export import RUNNER, decoded_results, run_in_chromium, served  # noqa: F401
+
+import autotune
+from autotune.compile import compile_shader
+from autotune.kernel import Kernel
+from autotune.plan import FIRST_WORKSPACE_BINDING, Plan
+from autotune.problem import Problem
+from autotune.render import render
+from autotune.space import Config, load_space
+from autotune.verify import verify
+
+TWOPASS = Path(__file__).parent / "twopass"
+PROBLEM = Problem(37, 29, 53)  # odd sizes: the halves of K differ (27 and 26)
+
+
+@pytest.fixture
+def halves(monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_TEMPLATE_PATH", str(TWOPASS))
+    return load_space("halves")
+
+
+def test_the_plan_is_read_from_the_space_file(halves):
+    config = halves.seed_configs(PROBLEM)[0]
+    plan = render(config, PROBLEM).plan
+    assert isinstance(plan, Plan)
+    assert [(p.entry_point, p.workgroup_size, p.grid) for p in plan.passes] == [
+        ("partial", (64, 1, 1), (17, 2, 1)),  # cdiv(37 * 29, 64) = 17
+        ("reduce", (64, 1, 1), (17, 1, 1)),
+    ]
+    (workspace,) = plan.workspaces
+    assert (workspace.number, workspace.name, workspace.size) == (
+        FIRST_WORKSPACE_BINDING,
+        "partials",
+        2 * 37 * 29 * 4,
+    )
+    assert plan.needs()["max-compute-workgroups-per-dimension"] == 17
+
+
+def test_two_passes_compute_the_product(gpu, halves):
+    A = np.random.default_rng(1).uniform(-1, 1, (37, 53)).astype(np.float32)
+    B = np.random.default_rng(2).uniform(-1, 1, (53, 29)).astype(np.float32)
+    for config in halves.configs(PROBLEM):
+        kernel = Kernel(PROBLEM, config, "default", gpu=gpu)
+        np.testing.assert_allclose(kernel(A, B), A @ B, rtol=1e-5, atol=1e-5)
+
+
+def test_a_workspace_too_small_for_its_writes_is_caught(gpu, halves, tmp_path, monkeypatch):
+    """The guard after each workspace: a plan declaring half the bytes its pass writes."""
+    for name in ("halves.toml", "halves.wgsl.j2"):
+        text = (TWOPASS / name).read_text()
+        (tmp_path / name.replace("halves", "short")).write_text(
+            text.replace('"2 * elements * 4"', '"elements * 4"')
+        )
+    monkeypatch.setenv("AUTOTUNE_TEMPLATE_PATH", str(tmp_path))
+    config = Config.make("short", {"WG": 64, "ORDER": 0})
+    verdict = verify(compile_shader(render(config, PROBLEM), gpu), gpu)
+    assert not verdict.ok and "workspace" in verdict.reason
+
+
+def test_tuned_cached_looked_up_and_exported(gpu, halves, tmp_path, served):  # noqa: F811
+    cache = tmp_path / "cache"
+    result = autotune.tune(37, 29, 53, templates=["halves"], trials=3, cache_dir=cache, gpu=gpu)
+    assert result.entry is not None and result.entry.config.template == "halves"
+    kernel = autotune.lookup(37, 29, 53, cache_dir=cache, gpu=gpu)
+    assert kernel.source == "exact" and kernel.config == result.entry.config
+    folder, base = served
+    paths = autotune.export(kernel, folder, name="halves")
+    manifest = json.loads(paths["json"].read_text())
+    assert [p["entry_point"] for p in manifest["passes"]] == ["partial", "reduce"]
+    assert [b["name"] for b in manifest["buffers"] if b["role"] == "workspace"] == ["partials"]
+    for file in ("runner.html", "runner.js"):
+        shutil.copy(RUNNER / file, folder / file)
+    results = decoded_results(run_in_chromium(f"{base}/runner.html?bundles=halves"))
+    assert results["halves"]["ok"] and results["halves"]["errors"] == [], results
