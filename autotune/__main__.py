@@ -57,6 +57,18 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+class _Once(argparse.Action):
+    """An option given at most once: a second --shape to a one-shape command is refused
+    rather than silently replacing the first."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        seen = namespace.__dict__.setdefault("_given", set())
+        if self.dest in seen:
+            raise argparse.ArgumentError(self, "given more than once; this command takes one")
+        seen.add(self.dest)
+        setattr(namespace, self.dest, values)
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -84,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     def shape_options(command, many: bool, required: bool = True):
         command.add_argument(
             "--shape",
-            action="append" if many else "store",
+            action="append" if many else _Once,
             required=required,
             metavar="MxNxK",
             help="problem size: C (MxN) = A (MxK) @ B (KxN)" + (" (repeatable)" if many else ""),
@@ -210,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser(
         "demo", help="render, verify and time each template's default kernel for one shape"
     )
-    demo.add_argument("--shape", default="256x256x256", metavar="MxNxK")
+    demo.add_argument("--shape", default="256x256x256", metavar="MxNxK", action=_Once)
 
     cache_command = commands.add_parser("cache", help="work on cache files")
     cache_actions = cache_command.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -542,29 +554,36 @@ def _devices(args, problems, console: Console) -> int:
 def _demo(args, problems, console: Console) -> int:
     """Render, compile, verify and time each template's default kernel for one shape."""
     from .compile import compile_shader
+    from .kernel import check_fits
     from .measure import measure
     from .render import render
-    from .space import load_space
+    from .space import check_runnable, load_space
     from .verify import verify
 
     problem = problems[0]
     gpu = device_module.get_gpu()
+    templates = tuple(reversed(BUILT_IN))  # the tutorial kernels first
+    check_fits(problem, gpu)  # refused (exit 2, naming the limit), not an empty table
+    check_runnable(problem, gpu.limits, templates)
     console.print(f"device: {gpu.summary}; problem: {problem}")
     table = Table(title=f"default kernel of each template, {problem.shape}")
     for column in ("template", "config", "lines of WGSL", "compile", "error", "GFLOP/s"):
         table.add_column(column)
-    for template in reversed(BUILT_IN):  # the tutorial kernels first
-        seeds = load_space(template).seed_configs(problem, gpu.limits)
-        if not seeds:
+    for template in templates:
+        # its first seed (the tutorial's kernel), else its first config valid here
+        space = load_space(template)
+        config = next(iter(space.seed_configs(problem, gpu.limits)), None)
+        config = config or space.first_config(problem, gpu.limits)
+        if config is None:
             continue
-        shader = render(seeds[0], problem)
+        shader = render(config, problem)
         compiled = compile_shader(shader, gpu)
         verdict = verify(compiled, gpu)
         start = time.perf_counter()
         gflops = measure(compiled, gpu).gflops(problem.flops) if verdict.ok else float("nan")
         table.add_row(
             template,
-            str(seeds[0]),
+            str(config),
             str(len(shader.wgsl.splitlines())),
             f"{compiled.seconds * 1e3:.0f} ms",
             f"{verdict.error:.2g} ({'ok' if verdict.ok else 'WRONG'})",

@@ -21,17 +21,38 @@ class ArgumentError(ValueError):
         self.field = field
 
 
+def shown(value: object, width: int = 60) -> str:
+    """repr(value) cut to `width` characters, for messages: never fails (an int of
+    5,000 digits has no repr, an object's __repr__ may raise)."""
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def is_number(value: object) -> bool:
+    """An int or float, NumPy's included; never a bool (True is not a count of 1)."""
+    return isinstance(value, int | float | np.integer | np.floating) and not isinstance(
+        value, bool | np.bool_
+    )
+
+
+def is_integer(value: object) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
+
+
 def check_flag(field: str, value: object, error=ArgumentError) -> bool:
     if not isinstance(value, bool | np.bool_):
-        raise error(field, f"{field} must be True or False, got {value!r:.60}")
+        raise error(field, f"{field} must be True or False, got {shown(value)}")
     return bool(value)
 
 
 def check_seed(value: object, error=ArgumentError) -> int | None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int | np.integer)):
-        raise error("seed", f"seed must be an integer or None, got {value!r:.60}")
+    if value is not None and not is_integer(value):
+        raise error("seed", f"seed must be an integer or None, got {shown(value)}")
     if value is not None and not 0 <= value < 2**32:
-        raise error("seed", f"seed must be from 0 to 2**32 - 1, got {value}")
+        raise error("seed", f"seed must be from 0 to 2**32 - 1, got {shown(value)}")
     return None if value is None else int(value)
 
 
@@ -39,15 +60,21 @@ def check_count(field: str, value: object, most: int, error=ArgumentError) -> in
     """None (the default), or a whole number from 0 to `most`."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or not 0 <= value <= most:
-        raise error(field, f"{field} must be None or an integer 0..{most}, got {value!r:.60}")
+    if not is_integer(value) or not 0 <= value <= most:
+        raise error(field, f"{field} must be None or an integer 0..{most}, got {shown(value)}")
     return int(value)
 
 
 def check_seconds(field: str, value: object, error=ArgumentError) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-        raise error(field, f"{field} must be a number of seconds > 0, got {value!r:.60}")
-    return float(value)
+    """A finite number of seconds > 0 (an int too large for a float is not finite)."""
+    if is_number(value):
+        try:
+            seconds = float(value)
+        except OverflowError:
+            seconds = math.inf
+        if 0 < seconds < math.inf:
+            return seconds
+    raise error(field, f"{field} must be a number of seconds > 0, got {shown(value)}")
 
 
 def check_folder(field: str, value: object, *, writable: bool, error=ArgumentError) -> Path | None:
@@ -56,9 +83,9 @@ def check_folder(field: str, value: object, *, writable: bool, error=ArgumentErr
     if value is None:
         return None
     if not isinstance(value, str | os.PathLike) or not str(value):
-        raise error(field, f"{field} must be a folder path, got {value!r:.60}")
+        raise error(field, f"{field} must be a folder path, got {shown(value)}")
     if "\0" in str(value):  # no file name has one (Python raises a bare ValueError)
-        raise error(field, f"{field} {value!r:.60} contains a NUL character")
+        raise error(field, f"{field} {shown(value)} contains a NUL character")
     folder = Path(value)
     if folder.exists() and not folder.is_dir():
         raise error(field, f"{field} {str(folder)!r} exists and is not a folder")

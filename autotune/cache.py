@@ -48,6 +48,16 @@ class CacheWarning(UserWarning):
     """A cache file could not be used (corrupt, newer schema) and was set aside."""
 
 
+_WARNED: set[str] = set()  # the CacheWarnings shown: one lookup or tune reads a file often
+
+
+def warn_once(message: str, stacklevel: int = 2) -> None:
+    """Warn with `message` (which names the file and the cause) once per process."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, CacheWarning, stacklevel=stacklevel + 1)
+
+
 class CacheError(ArgumentError):
     """A cache file cannot be written (its lock cannot be taken); `field` names the
     argument that chose its folder."""
@@ -219,11 +229,7 @@ class DeviceCache:
             try:
                 entries[text_key] = Entry.from_json(text_key, value)
             except (ValueError, SpaceError) as error:
-                warnings.warn(
-                    f"{self.path}: entry {text_key[:80]!r} ignored: {error}",
-                    CacheWarning,
-                    stacklevel=2,
-                )
+                warn_once(f"{self.path}: entry {text_key[:80]!r} ignored: {error}", stacklevel=2)
         return entries
 
     def get(self, key: Key) -> Entry | None:
@@ -256,7 +262,7 @@ class DeviceCache:
             self._set_aside(error)
             return {}
         except OSError as error:
-            warnings.warn(f"{self.path}: unreadable ({error}); ignored", CacheWarning, stacklevel=3)
+            warn_once(f"{self.path}: unreadable ({error}); ignored", stacklevel=3)
             return {}
         try:
             data = json.loads(raw.decode())  # UnicodeDecodeError is a ValueError too
@@ -288,7 +294,7 @@ class DeviceCache:
             where = f"moved to {aside.name}"
         except OSError:
             where = "left in place (read-only)"
-        warnings.warn(f"{self.path}: {error}; {where}, starting empty", CacheWarning, stacklevel=4)
+        warn_once(f"{self.path}: {error}; {where}, starting empty", stacklevel=4)
 
     # --- writing ---------------------------------------------------------------------
 

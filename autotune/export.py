@@ -214,7 +214,8 @@ def export(kernel: Kernel, out_dir: str | Path, name: str | None = None) -> dict
     """Write NAME.wgsl, NAME.json and NAME.js for `kernel` into `out_dir`; return the paths."""
     if not isinstance(kernel, Kernel):
         raise ExportError("kernel", f"kernel must be an autotune.Kernel, got {kernel!r:.60}")
-    name = name or default_name(kernel)
+    if name is None or (isinstance(name, str) and not name):  # (an array has no truth value)
+        name = default_name(kernel)
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ExportError(
             "name", f"name {name!r:.60} must be a letter then letters, digits, '_' or '-'"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import wgpu
 
-from .arguments import ArgumentError, check_flag
+from .arguments import ArgumentError, check_flag, is_number, shown
 from .compile import Compiled, compile_shader
 from .device import Gpu, get_gpu
 from .plan import uniform_layout
@@ -21,7 +21,6 @@ from .render import Shader, render
 from .space import Config
 
 SOURCES = ("exact", "nearest", "default")  # where a Kernel's config came from
-_F32_MAX = float(np.finfo(np.float32).max)
 
 
 def _array(name: str, value: object, ndims: tuple[int, ...]) -> np.ndarray:
@@ -35,6 +34,30 @@ def _array(name: str, value: object, ndims: tuple[int, ...]) -> np.ndarray:
     if 0 in value.shape:
         raise ProblemError(f"{name} must not be empty, got shape {value.shape}", name)
     return value
+
+
+# alpha and beta reach the kernel as f32 uniforms: beyond this they would be inf there
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+def check_scalar(name: str, value: object) -> float:
+    """alpha or beta as a float: a number (NumPy's too, never a bool) that is finite
+    and within f32's range."""
+    if not is_number(value):
+        raise ProblemError(f"{name} must be a number, got {shown(value, 40)}", name)
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond any float
+        number = None
+    if number is not None and not math.isfinite(number):
+        raise ProblemError(f"{name} must be finite, got {shown(value, 40)}", name)
+    if number is None or abs(number) > F32_MAX:
+        raise ProblemError(
+            f"{name} must be within f32's range (|{name}| <= {F32_MAX:.4g}), "
+            f"got {shown(value, 40)}",
+            name,
+        )
+    return number
 
 
 def check_operands(
@@ -72,16 +95,13 @@ def check_operands(
         raise ProblemError(
             f"inner dimensions differ: op(A) is {M}x{K} (K={K}), op(B) is {KB}x{N} (K={KB})"
         )
-    for name, value in (("alpha", alpha), ("beta", beta)):
-        if isinstance(value, bool) or not isinstance(value, int | float | np.floating):
-            raise ProblemError(f"{name} must be a number, got {value!r:.40}", name)
-        if not np.isfinite(value):
-            raise ProblemError(f"{name} must be finite, got {value}", name)
-        if abs(value) > _F32_MAX:  # the kernels get alpha and beta as f32: it would be inf
-            raise ProblemError(f"{name} must be within f32's range (3.4e38), got {value}", name)
-    if activation not in (None, "relu", "gelu"):
+    alpha, beta = check_scalar("alpha", alpha), check_scalar("beta", beta)
+    if activation is not None and (
+        not isinstance(activation, str) or activation not in ("relu", "gelu")
+    ):
         raise ProblemError(
-            f"activation {activation!r:.40} is unknown; known: relu, gelu (or None)", "activation"
+            f"activation {shown(activation, 40)} is unknown; known: relu, gelu (or None)",
+            "activation",
         )
     ops = [op for op, on in (("alpha", alpha != 1), ("beta", beta != 0)) if on]
     ops += (["bias"] if bias is not None else []) + ([activation] if activation else [])
@@ -132,9 +152,12 @@ def check_fits(problem: Problem, gpu: Gpu, limits: dict | None = None) -> None:
         size = math.prod(shape) * problem.itemsize
         if size > limit:
             what = "x".join(str(s) for s in shape)
+            # one matrix of a batched operand fits: the batch is what is too large
+            batched = len(shape) == 3 and size // problem.batch <= limit
             raise ProblemError(
                 f"{name} ({what} {problem.dtype}) needs {size} bytes, more than this "
-                f"device's storage buffer limit {limit_name} = {limit} bytes"
+                f"device's storage buffer limit {limit_name} = {limit} bytes",
+                "batch" if batched else "shape",
             )
 
 
@@ -277,8 +300,8 @@ class Kernel:
         gpu: Gpu | None = None,
         entry: object = None,
     ):
-        if source not in SOURCES:
-            raise ArgumentError("source", f"source must be one of {SOURCES}, got {source!r:.60}")
+        if not isinstance(source, str) or source not in SOURCES:
+            raise ArgumentError("source", f"source must be one of {SOURCES}, got {shown(source)}")
         self.problem = problem
         self.config = config
         self.source = source

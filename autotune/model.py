@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .arguments import is_number, shown
 from .problem import Problem, ProblemError, shape_distance
 
 # e.g. 2048x11008x4096 and 2048x12288x4096 (0.11) share a kernel, 1024^3 and 2048^3
@@ -27,8 +28,10 @@ class Assignment:
 
 
 def check_radius(radius) -> float:
-    if isinstance(radius, bool) or not isinstance(radius, int | float) or not 0 <= radius < 50:
-        raise ProblemError(f"radius must be a number >= 0 and < 50, got {radius!r:.40}", "radius")
+    if not is_number(radius) or not 0 <= radius < 50:
+        raise ProblemError(
+            f"radius must be a number >= 0 and < 50, got {shown(radius, 40)}", "radius"
+        )
     return float(radius)
 
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .arguments import is_integer, shown
+
 # dtype name -> NumPy type of the arrays in and out, and the WGSL scalar type.
 DTYPES = {"f32": (np.float32, "f32"), "f16": (np.float16, "f16")}
 # A then B: "n" as in C = A @ B (A is M x K, B is K x N), "t" stored transposed.
@@ -47,27 +49,32 @@ class ProblemError(ValueError):
 def check_size(name: str, value: object) -> int:
     """Return `value` as an int if it is a whole number >= 1, else raise naming `name`."""
     field = "batch" if name == "batch" else "shape"
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ProblemError(f"{name} must be an integer >= 1, got {value!r}", field)
+    if not is_integer(value):
+        raise ProblemError(f"{name} must be an integer >= 1, got {shown(value)}", field)
     if value < 1:
-        raise ProblemError(f"{name} must be >= 1, got {value}", field)
+        raise ProblemError(f"{name} must be >= 1, got {shown(value)}", field)
     if value > 2**31 - 1:
-        raise ProblemError(f"{name} must be < 2**31, got {value}", field)
+        raise ProblemError(f"{name} must be < 2**31, got {shown(value)}", field)
     return int(value)
 
 
 def check_dtype(dtype: object) -> str:
     """Map a dtype given by name or NumPy type to its name ("f32"), or raise."""
+    if isinstance(dtype, str) and dtype in DTYPES:
+        return dtype
     for name, (np_type, _) in DTYPES.items():
-        if dtype == name or (dtype not in DTYPES and _same_numpy_type(dtype, np_type)):
+        if _same_numpy_type(dtype, np_type):
             return name
-    raise ProblemError(f"dtype {dtype!r} is not supported; supported: {', '.join(DTYPES)}", "dtype")
+    raise ProblemError(
+        f"dtype {shown(dtype)} is not supported; supported: {', '.join(DTYPES)}", "dtype"
+    )
 
 
 def check_layout(layout: object) -> str:
-    if layout not in LAYOUTS:
+    # a str first: `in` compares an array element-wise and hashes a dict's keys
+    if not isinstance(layout, str) or layout not in LAYOUTS:
         raise ProblemError(
-            f"layout {layout!r:.40} is not supported; supported: {', '.join(LAYOUTS)} "
+            f"layout {shown(layout, 40)} is not supported; supported: {', '.join(LAYOUTS)} "
             "(A then B; n: as in A @ B, t: stored transposed)",
             "layout",
         )
@@ -77,7 +84,7 @@ def check_layout(layout: object) -> str:
 def check_epilogue(epilogue: object) -> str:
     """ "bias,gelu", ["bias", "gelu"], "" or None -> the canonical "bias,gelu" ("none":
     nothing after the product)."""
-    if epilogue is None or epilogue == "" or epilogue == "none":
+    if epilogue is None or (isinstance(epilogue, str) and epilogue in ("", "none")):
         return "none"
     if isinstance(epilogue, str):
         ops = [op.strip() for op in epilogue.split(",")]
@@ -85,18 +92,18 @@ def check_epilogue(epilogue: object) -> str:
         ops = list(epilogue)
     else:
         raise ProblemError(
-            f"epilogue must be a comma-separated string or a list, got {epilogue!r:.40}",
+            f"epilogue must be a comma-separated string or a list, got {shown(epilogue, 40)}",
             "epilogue",
         )
     for op in ops:
         if op not in EPILOGUE_OPS:
             raise ProblemError(
-                f"epilogue operation {op!r:.40} is unknown; known: {', '.join(EPILOGUE_OPS)}",
+                f"epilogue operation {shown(op, 40)} is unknown; known: {', '.join(EPILOGUE_OPS)}",
                 "epilogue",
             )
     if len(set(ops)) != len(ops) or len(set(ops) & set(ACTIVATIONS)) > 1:
         raise ProblemError(
-            f"epilogue {epilogue!r:.60} repeats an operation or has two activations",
+            f"epilogue {shown(epilogue)} repeats an operation or has two activations",
             "epilogue",
         )
     return ",".join(op for op in EPILOGUE_OPS if op in ops) or "none"
@@ -104,8 +111,8 @@ def check_epilogue(epilogue: object) -> str:
 
 def _same_numpy_type(dtype: object, np_type: type) -> bool:
     try:
-        return np.dtype(dtype) == np.dtype(np_type)
-    except (TypeError, ValueError):
+        return bool(np.dtype(dtype) == np.dtype(np_type))
+    except Exception:  # np.dtype() raises TypeError, ValueError, KeyError... for odd input
         return False
 
 
@@ -130,14 +137,14 @@ class Problem:
         object.__setattr__(self, "layout", check_layout(self.layout))
         if not isinstance(self.shared_b, bool | np.bool_):
             raise ProblemError(
-                f"shared_b must be True or False, got {self.shared_b!r:.40}", "shared_b"
+                f"shared_b must be True or False, got {shown(self.shared_b, 40)}", "shared_b"
             )
         # one B for a batch of one is the plain problem: one name for one problem
         object.__setattr__(self, "shared_b", bool(self.shared_b) and self.batch > 1)
         object.__setattr__(self, "epilogue", check_epilogue(self.epilogue))
-        if self.accumulate not in ACCUMULATE:
+        if not isinstance(self.accumulate, str) or self.accumulate not in ACCUMULATE:
             raise ProblemError(
-                f"accumulate {self.accumulate!r:.40} is not one of {', '.join(ACCUMULATE)}",
+                f"accumulate {shown(self.accumulate, 40)} is not one of {', '.join(ACCUMULATE)}",
                 "accumulate",
             )
         if self.dtype == "f32" and self.accumulate == "f16":
@@ -252,14 +259,23 @@ def shape_distance(a: Problem, b: Problem) -> float:
     return sum(abs(math.log(x / y)) for x, y in ((a.M, b.M), (a.N, b.N), (a.K, b.K)))
 
 
-_SHAPE = re.compile(r"\s*(-?\d+)\s*[xX×]\s*(-?\d+)\s*[xX×]\s*(-?\d+)\s*")
+# ASCII digits only (\d and int() accept any script's digits, e.g. full-width "３２"),
+# and no leading zeros: one text for one size, as in cache keys.
+SIZE = r"-?(?:0|[1-9][0-9]*)"
+_SHAPE = re.compile(rf"\s*({SIZE})\s*[xX×]\s*({SIZE})\s*[xX×]\s*({SIZE})\s*", re.ASCII)
 
 
 def parse_shape(text: str, dtype: str = "f32", **variant) -> Problem:
     """Parse "MxNxK" (e.g. "1024x1024x512") into a Problem (with `variant` fields)."""
-    match = _SHAPE.fullmatch(text)
+    match = _SHAPE.fullmatch(text) if isinstance(text, str) else None
     if not match:
-        raise ProblemError(f"shape {text!r} is not of the form MxNxK, e.g. 1024x1024x1024")
+        raise ProblemError(
+            f"shape {shown(text)} is not of the form MxNxK (sizes in digits 0-9, no leading "
+            "zeros), e.g. 1024x1024x1024"
+        )
+    for name, digits in zip("MNK", match.groups(), strict=True):
+        if len(digits) > 12:  # int() refuses texts of over 4300 digits; no size needs 12
+            raise ProblemError(f"{name} must be < 2**31, got a number of {len(digits)} digits")
     M, N, K = (int(g) for g in match.groups())
     return Problem(M, N, K, dtype, **variant)
 

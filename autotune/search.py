@@ -123,6 +123,7 @@ class _Search:
         # Claimed configs waiting their turn: with compile_ahead, the evaluator compiles
         # the next ones while it times the current one (never two timings at once).
         self.pending: deque[tuple[optuna.Trial, Config]] = deque()
+        self.full = False  # the study's budget is taken (by claims of other processes too)
 
     def _seeds(self) -> list[Config]:
         spaces = [load_space(t) for t in self.templates]
@@ -160,7 +161,7 @@ class _Search:
         """The budget is spent, the time is up, or every valid config is measured."""
         measured = len(self.study.history()) + len(self.pending)
         self.result.study_trials = len(self.study.history())
-        spent = self.trials is not None and measured >= self.trials
+        spent = self.full or (self.trials is not None and measured >= self.trials)
         return spent or self._out_of_time() or measured >= len(self.valid)
 
     def _claim(self) -> tuple[optuna.Trial, Config] | None:
@@ -171,8 +172,9 @@ class _Search:
             self.strategy.observe(config, event)
             if event != "claimed":
                 continue
-            if self._over_budget(trial):  # other processes claimed the rest meanwhile
+            if not self.study.admit(trial, self.trials):  # others claimed the rest meanwhile
                 self.study.release(trial)
+                self.full = True
                 return None
             return trial, config
         return None
@@ -188,13 +190,6 @@ class _Search:
             self.study.answer_known(trial, history[str(config)])
             return "known"
         return "claimed" if self.study.claim(trial, config) else "taken"
-
-    def _over_budget(self, trial: optuna.Trial) -> bool:
-        """The study's budget holds across processes: what is measured, plus the claims
-        made before this one that are still being measured."""
-        if self.trials is None:
-            return False
-        return self.study.measured_count() + self.study.running_before(trial) >= self.trials
 
     def _measure(self, trial: optuna.Trial, config: Config) -> None:
         result = self.result

@@ -26,7 +26,7 @@ import math
 import operator
 import tomllib
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -526,7 +526,13 @@ def check_runnable(problem: Problem, limits: Mapping[str, int], templates) -> No
                 "template",
             )
         raise ProblemError(f"no config of {', '.join(templates)} is valid for {problem}")
+    what, blamed = problem.shape, "shape"
+    one = replace(problem, batch=1, shared_b=False)
+    if problem.batch > 1 and any(space.first_config(one, limits) for space in spaces):
+        # one matrix would run: the batch is what is too large (workgroups along z)
+        what, blamed = f"batch {problem.batch} of {problem.shape}", "batch"
     raise ProblemError(
-        f"{problem.shape} is beyond this device's limits for every config of "
-        f"{', '.join(templates)}: {'; '.join(broken.values())}"
+        f"{what} is beyond this device's limits for every config of "
+        f"{', '.join(templates)}: {'; '.join(broken.values())}",
+        blamed,
     )

@@ -7,8 +7,8 @@ A measured trial carries what was measured in readable user attributes (config,
 template, params, reason, GFLOP/s, measurement, error), so that optuna-dashboard shows a
 useful view of a study. A trial whose process was killed (left RUNNING by a process of
 this machine that is gone) is failed as interrupted when the study is next opened, and
-its config measured again. The budget is the study's: trials measured by any process,
-plus those claimed before this one and still running.
+its config measured again. The budget is the study's: configs measured by any process,
+plus those claimed by live trials and admitted to the budget (Study.admit).
 """
 
 from __future__ import annotations
@@ -96,13 +96,42 @@ class Study:
         self._read_at = -math.inf
         return len(self.history())
 
-    def running_before(self, trial: optuna.Trial) -> int:
-        """Claims of other trials still being measured, made before `trial`."""
-        return sum(
-            1
-            for other in self.optuna.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-            if other.number < trial.number and _claimed(other)
-        )
+    def admit(self, trial: optuna.Trial, trials: int | None, wait_s: float = 10.0) -> bool:
+        """After `trial` is claimed: whether the budget of `trials` has room for it (it is
+        then marked admitted); False: the caller releases it.
+
+        Processes claim at the same time, so each counts after writing its claim: the
+        configs measured, and those claimed by live trials that were admitted (passed
+        this count) or have a lower number. An undecided claim of a higher number is
+        waited for when it could tip the count (it decides at once, without waiting on
+        lower numbers): of two claims for the last place, the lower is admitted. The
+        last trial to count sees every other admitted claim, so the study never
+        measures more than `trials` configs.
+        """
+        deadline = time.monotonic() + wait_s
+        while trials is not None:
+            counted, undecided = set(), set()
+            for other in self.optuna.get_trials(deepcopy=False):
+                config = other.user_attrs.get("config")
+                if other.number == trial.number or config is None or not _counts(other):
+                    continue
+                if (
+                    other.state != TrialState.RUNNING
+                    or "admitted" in other.user_attrs
+                    or other.number < trial.number
+                ):
+                    counted.add(config)
+                else:
+                    undecided.add(config)
+            if len(counted) >= trials:
+                return False
+            if len(counted | undecided) < trials:
+                break
+            if time.monotonic() > deadline:  # a claimer that never decides: count it
+                return False
+            time.sleep(0.05)
+        _owned(trial.set_user_attr, "admitted", True)  # (finished elsewhere: its result)
+        return True
 
     # --- asking and claiming ---------------------------------------------------------
 
@@ -231,6 +260,22 @@ def _claimed(trial: optuna.trial.FrozenTrial) -> bool:
     if "interrupted" in attrs or "duplicate" in attrs:
         return False
     return trial.state != TrialState.FAIL or "reason" in attrs  # FAIL without: interrupted
+
+
+def _counts(trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether a claimed trial counts toward the budget: measured (complete or failed),
+    or running in a live process (one of this machine that died holds nothing; another
+    machine's counts until that machine opens the study again)."""
+    if not _claimed(trial) or trial.state not in (
+        TrialState.COMPLETE,
+        TrialState.FAIL,
+        TrialState.RUNNING,
+    ):
+        return False
+    name, _, pid = str(trial.user_attrs.get("worker", "")).rpartition(":")
+    if trial.state != TrialState.RUNNING or name != socket.gethostname() or not pid.isdigit():
+        return True
+    return int(pid) == os.getpid() or _alive(int(pid))
 
 
 def _owned(write, *args, **kwargs) -> bool:

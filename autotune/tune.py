@@ -25,6 +25,8 @@ from .arguments import (
     check_folder,
     check_seconds,
     check_seed,
+    is_integer,
+    shown,
 )
 from .data import BUILT_IN
 from .device import Gpu, get_gpu, portable_limits, versions
@@ -37,6 +39,7 @@ from .space import check_runnable, load_space, template_names
 from .worker import CANDIDATE_S, Worker
 
 BASELINE_TEMPLATE = "tiled"  # its first seed is the tutorial 16x16 kernel
+MAX_TRIALS = 10**9  # as a cache entry's trial count
 
 
 class TuneError(ArgumentError):
@@ -75,22 +78,22 @@ class TuneOptions:
     def checked(cls, **options) -> TuneOptions:
         """The options with every value checked; TuneError names a bad one."""
         o = cls(**options)
-        check_budget(o.trials, o.timeout)
+        trials, timeout = check_budget(o.trials, o.timeout)
         if o.gpu is not None and not isinstance(o.gpu, Gpu):
             raise TuneError(
                 "gpu", f"gpu must be an autotune.Gpu or None, got {type(o.gpu).__name__}"
             )
         if o.on_trial is not None and not callable(o.on_trial):
             raise TuneError(
-                "on_trial", f"on_trial must be callable or None, got {o.on_trial!r:.60}"
+                "on_trial", f"on_trial must be callable or None, got {shown(o.on_trial)}"
             )
-        if o.sampler not in SAMPLERS:
+        if not isinstance(o.sampler, str) or o.sampler not in SAMPLERS:
             known = ", ".join(SAMPLERS)
-            raise TuneError("sampler", f"sampler {o.sampler!r:.60} is unknown; known: {known}")
+            raise TuneError("sampler", f"sampler {shown(o.sampler)} is unknown; known: {known}")
         return cls(
-            trials=o.trials,
-            timeout=o.timeout,
-            templates=None if not o.templates else check_templates(o.templates),
+            trials=trials,
+            timeout=timeout,
+            templates=check_templates(o.templates, default=None),
             checks=check_flag("checks", o.checks, TuneError),
             sampler=o.sampler,
             storage=check_storage(o.storage),
@@ -104,32 +107,40 @@ class TuneOptions:
         )
 
 
-def check_templates(templates: Sequence[str] | None) -> tuple[str, ...]:
+def check_templates(templates: Sequence[str] | None, default=BUILT_IN) -> tuple[str, ...]:
+    """The template names, each once; `default` when none are given."""
     if templates is not None and (
         isinstance(templates, str) or not isinstance(templates, list | tuple)
     ):
         raise TuneError(
-            "template", f"templates must be a list of template names, got {templates!r:.60}"
+            "template", f"templates must be a list of template names, got {shown(templates)}"
         )
     if not templates:
-        return BUILT_IN
+        return default
     known = template_names()
     for name in templates:
-        if name not in known:
+        if not isinstance(name, str) or name not in known:
             raise TuneError(
-                "template", f"template {name!r:.60} is unknown; known: {', '.join(known)}"
+                "template", f"template {shown(name)} is unknown; known: {', '.join(known)}"
             )
     return tuple(dict.fromkeys(templates))
 
 
-def check_storage(storage, attempts: int = 5):
-    """Open an Optuna storage URL now, so a bad one fails before any tuning.
+def check_storage(storage: object, attempts: int = 5):
+    """Open an Optuna storage now (None: in memory; a URL; or a storage object), so a
+    bad one fails before any tuning.
 
     Workers started together on a new database race to create its tables (one of them
     fails on a unique constraint); a few retries let the loser open what the winner made.
     """
     if storage is None or isinstance(storage, optuna.storages.BaseStorage):
         return storage
+    if not isinstance(storage, str):  # Optuna would take it for a storage object
+        raise TuneError(
+            "storage",
+            f"storage must be None, a URL such as 'sqlite:///study.db' or an Optuna "
+            f"storage, got {shown(storage)}",
+        )
     for attempt in range(attempts):
         try:
             return optuna.storages.get_storage(storage)
@@ -137,20 +148,22 @@ def check_storage(storage, attempts: int = 5):
             if attempt == attempts - 1:
                 message = str(error).splitlines()[0] if str(error) else type(error).__name__
                 raise TuneError(
-                    "storage", f"storage {storage!r} cannot be opened: {message}"
+                    "storage", f"storage {shown(storage)} cannot be opened: {message}"
                 ) from None
             time.sleep(0.2 * 2**attempt)
 
 
-def check_budget(trials: int | None, timeout: float | None) -> None:
-    if trials is not None and (
-        isinstance(trials, bool) or not isinstance(trials, int) or trials < 1
-    ):
-        raise TuneError("trials", f"trials must be an integer >= 1, got {trials!r}")
-    if timeout is not None and not (isinstance(timeout, int | float) and timeout > 0):
-        raise TuneError("timeout", f"timeout must be a number of seconds > 0, got {timeout!r}")
+def check_budget(trials: object, timeout: object) -> tuple[int | None, float | None]:
+    """trials (a whole number >= 1) and timeout (seconds), at least one of them."""
+    if trials is not None and not (is_integer(trials) and trials >= 1):
+        raise TuneError("trials", f"trials must be an integer >= 1, got {shown(trials)}")
+    if trials is not None and trials > MAX_TRIALS:
+        raise TuneError("trials", f"trials must be at most {MAX_TRIALS}, got {shown(trials)}")
+    if timeout is not None:
+        timeout = check_seconds("timeout", timeout, TuneError)
     if trials is None and timeout is None:
         raise TuneError("trials", "give trials, timeout or both")
+    return (None if trials is None else int(trials)), timeout
 
 
 def baseline(problem: Problem, gpu: Gpu, worker: Worker) -> Outcome | None:
@@ -197,9 +210,18 @@ def tune_many(
     choose_representatives): lookup serves the others with their nearest tuned shape.
     `on_start(problem, index)` is called as each problem starts; `options` as in tune().
     """
+    if (
+        not isinstance(problems, list | tuple)
+        or not problems
+        or not all(isinstance(p, Problem) for p in problems)
+    ):  # (checked before dict.fromkeys, which hashes each item)
+        raise TuneError(
+            "problems",
+            f"problems must be a non-empty list of autotune.Problem, got {shown(problems)}",
+        )
     problems = list(dict.fromkeys(problems))
-    if not problems or not all(isinstance(p, Problem) for p in problems):
-        raise TuneError("problems", "problems must be a non-empty list of autotune.Problem")
+    if on_start is not None and not callable(on_start):
+        raise TuneError("on_start", f"on_start must be callable or None, got {shown(on_start)}")
     if radius is not None:
         assignments = choose_representatives(problems, radius)
         problems = list(dict.fromkeys(a.representative for a in assignments))

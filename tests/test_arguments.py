@@ -88,7 +88,7 @@ MATMUL = [
     (dict(beta=0.5), (ProblemError, "C"), "beta != 0 needs C, the addend"),
     (dict(alpha="2"), (ProblemError, "alpha"), "alpha must be a number, got '2'"),
     (dict(beta=float("inf"), C=F32), (ProblemError, "beta"), "beta must be finite, got inf"),
-    (dict(alpha=1e39), (ProblemError, "alpha"), "alpha must be within f32's range (3.4e38)"),
+    (dict(alpha=1e39), (ProblemError, "alpha"), "alpha must be within f32's range"),
     (dict(beta=-1e39, C=F32), (ProblemError, "beta"), "beta must be within f32's range"),
     (dict(trans_b="yes"), "trans_b", "trans_b must be True or False, got 'yes'"),
     (dict(B=np.ones((4, 5), np.float32), trans_b=True), ProblemError, "inner dimensions differ"),

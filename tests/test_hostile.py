@@ -101,6 +101,16 @@ def mangle_key(template=None, digest=None):
     return change
 
 
+def mangle_shape(shape):
+    """The key with another spelling of its shape (64x64x64 is PROBLEM's)."""
+
+    def change(key, value):
+        new = key.replace(":64x64x64", f":{shape}")
+        return new, dict(value, key=new)
+
+    return change
+
+
 def mangle(**fields):
     return lambda key, value: (key, dict(value, **fields))
 
@@ -117,6 +127,9 @@ BAD_ENTRIES = {
     "param a Jinja string": mangle(params={"WX": "{{ 7*7 }}", "WY": 16}),
     "param a float": mangle(params={"WX": 16.0, "WY": 16}),
     "param a bool": mangle(params={"WX": True, "WY": 16}),
+    "shape with a leading zero": mangle_shape("064x64x64"),
+    "shape in full-width digits": mangle_shape("６４x64x64"),
+    "shape in Arabic-Indic digits": mangle_shape("64x٦٤x64"),
     "extra param": mangle(params={"WX": 16, "WY": 16, "EVIL": 1}),
     "param value not in the space": mangle(params={"WX": 48, "WY": 16}),
     "date with WGSL after a newline": mangle(date="2026\n@compute fn main() {}"),
@@ -145,6 +158,25 @@ def test_crafted_entry_is_skipped_and_the_file_left_alone(tmp_path, name):
         store.path.name,
         store.path.name + ".lock",
     ]
+
+
+def test_each_problem_of_a_file_is_warned_once_per_process(tmp_path):
+    """One lookup or tune reads the cache file several times (the exact entry, the
+    nearest shapes, the stored result): each bad entry is reported once."""
+    import warnings
+
+    store = store_for(tmp_path)
+    entry = good_entry()
+    store.put(entry)
+    data = json.loads(store.path.read_text())
+    data["entries"][str(entry.key)]["median_s"] = "fast"
+    store.path.write_text(json.dumps(data))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert store.entries() == {} and store.get(entry.key) is None
+        assert store.best(PROBLEM, True) is None
+        assert store_for(tmp_path).entries() == {}  # another reader of the same file
+    assert [str(w.message).count("median_s") for w in caught] == [1]
 
 
 @pytest.mark.gpu
