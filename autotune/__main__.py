@@ -243,7 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _problems(args) -> list:
     shape = getattr(args, "shape", None)
-    shapes = shape if isinstance(shape, list) else [shape] if shape else []
+    # (an empty --shape "" is a bad shape, not a missing one)
+    shapes = shape if isinstance(shape, list) else [] if shape is None else [shape]
     variant = {}
     if hasattr(args, "layout"):
         variant = dict(
@@ -260,7 +261,7 @@ def _problems(args) -> list:
     except ProblemError as error:
         raise UsageError(f"argument {_option(error.field)}: {error}") from None
     for option in ("shapes_from", "model"):
-        if getattr(args, option, None):
+        if getattr(args, option, None) is not None:  # "" too: a bad file, not none
             try:  # the variant options are the defaults of the file's problems
                 problems += problems_from_file(getattr(args, option), dtype, **variant)
             except ProblemError as error:
@@ -273,6 +274,16 @@ def _problems(args) -> list:
     return list(dict.fromkeys(problems))  # each problem once, in the order given
 
 
+# What str.splitlines() breaks at: escaped in error messages, which quote the user's text
+_LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+def _one_line(message: str) -> str:
+    """An error message on one line, whatever the text it quotes (argparse quotes an
+    unrecognized argument, and the file errors a path, as given)."""
+    return "".join(repr(c)[1:-1] if c in _LINE_BREAKS else c for c in message)
+
+
 def main(argv: list[str] | None = None) -> int:
     # Piped output (logs, CI) gets a wide console so the summary table is not folded.
     console = Console() if sys.stdout.isatty() else Console(width=200)
@@ -281,16 +292,20 @@ def main(argv: list[str] | None = None) -> int:
         problems = _problems(args)
         return COMMANDS[args.command](args, problems, console)
     except UsageError as error:
-        print(f"autotune: error: {error}", file=sys.stderr)
+        print(_one_line(f"autotune: error: {error}"), file=sys.stderr)
         return 2
     except ArgumentError as error:  # from the API, named as the CLI option
-        print(f"autotune: error: argument {_option(error.field)}: {error}", file=sys.stderr)
+        print(
+            _one_line(f"autotune: error: argument {_option(error.field)}: {error}"), file=sys.stderr
+        )
         return 2
     except ProblemError as error:
-        print(f"autotune: error: argument {_option(error.field)}: {error}", file=sys.stderr)
+        print(
+            _one_line(f"autotune: error: argument {_option(error.field)}: {error}"), file=sys.stderr
+        )
         return 2
     except (device_module.NoAdapterError, WorkerError) as error:
-        print(f"autotune: error: {error}", file=sys.stderr)
+        print(_one_line(f"autotune: error: {error}"), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("autotune: interrupted; finished results are in the cache", file=sys.stderr)

@@ -84,8 +84,14 @@ def check_folder(field: str, value: object, *, writable: bool, error=ArgumentErr
         return None
     if not isinstance(value, str | os.PathLike) or not str(value):
         raise error(field, f"{field} must be a folder path, got {shown(value)}")
+    if "\0" in str(value):  # no file name has one (Python raises a bare ValueError)
+        raise error(field, f"{field} {shown(value)} contains a NUL character")
     folder = Path(value)
-    if folder.exists() and not folder.is_dir():
+    try:
+        not_a_folder = folder.exists() and not folder.is_dir()
+    except OSError as reason:  # a name too long, a folder it may not search
+        raise error(field, f"{field} {shown(str(folder))} cannot be read: {reason}") from None
+    if not_a_folder:
         raise error(field, f"{field} {str(folder)!r} exists and is not a folder")
     if writable:
         try:

@@ -30,7 +30,7 @@ from pathlib import Path
 import filelock
 import platformdirs
 
-from .arguments import ArgumentError, check_folder
+from .arguments import ArgumentError, check_folder, shown
 from .data import data_path, in_checkout
 from .evaluate import REASONS
 from .files import FileRefused, read_limited
@@ -444,9 +444,15 @@ def merge(paths: Sequence[Path | str], out: Path | str) -> MergeReport:
         raise MergeError("paths", "no cache files to merge")
     if not isinstance(out, str | os.PathLike) or not str(out):  # '' is not "here"
         raise MergeError("out", f"out must be a file or folder path, got {out!r:.60}")
+    if "\0" in str(out):  # no file name has one (Python raises a bare ValueError)
+        raise MergeError("out", f"out {shown(str(out))} contains a NUL character")
     out = Path(out)
+    try:
+        is_folder = out.is_dir()
+    except OSError as reason:  # a name too long, a folder it may not search
+        raise MergeError("out", f"out {shown(str(out))} cannot be read: {reason}") from None
     # its folder is checked (and made) as tune checks its cache folder, before any work
-    check_folder("out", out if out.is_dir() else out.parent, writable=True, error=MergeError)
+    check_folder("out", out if is_folder else out.parent, writable=True, error=MergeError)
     headers = [_merge_header(p) for p in paths]
     for path, header in zip(paths[1:], headers[1:], strict=True):
         for part in ("fingerprint", "versions"):
@@ -457,7 +463,7 @@ def merge(paths: Sequence[Path | str], out: Path | str) -> MergeReport:
                     f"{header[part]} vs {headers[0][part]}); merge only one device's files",
                 )
     fingerprint, versions = headers[0]["fingerprint"], headers[0]["versions"]
-    if out.is_dir():
+    if is_folder:
         out = out / device_file_name(fingerprint, versions)
     if out.exists() and not any(out.resolve() == p.resolve() for p in paths):
         raise MergeError("out", f"{out} exists; name it among the inputs to merge into it")

@@ -120,7 +120,8 @@ def check_operands(
         raise ProblemError("beta != 0 needs C, the addend (C = alpha A B + beta C)", "C")
     for name, value in (("C", C), ("bias", bias)):
         if value is not None:
-            want = problem.matrix_shapes()[name]
+            # C has A's batch dimension, also for a batch of one (as NumPy's matmul)
+            want = A.shape[:-2] + (M, N) if name == "C" else problem.matrix_shapes()[name]
             value = _array(name, value, (len(want),))
             if value.shape != want or value.dtype != A.dtype:
                 raise ProblemError(
@@ -369,7 +370,7 @@ class Kernel:
         if "beta" in problem.ops and C is None:
             raise ProblemError("this kernel's epilogue has beta: pass C", "C")
         check_fits(problem, self.gpu)
-        return dispatch(
+        result = dispatch(
             self.compiled,
             self.gpu,
             arrays["A"],
@@ -379,6 +380,8 @@ class Kernel:
             alpha=float(alpha),
             beta=float(beta),
         )
+        # a 3-D A of one matrix is the plain problem, but its result keeps the batch axis
+        return result.reshape(arrays["A"].shape[:-2] + (problem.M, problem.N))
 
     def __repr__(self) -> str:
         checks = "on" if self.checks else "off"

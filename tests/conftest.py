@@ -1,9 +1,17 @@
-"""Shared fixtures: one GPU for the whole test run, skipped cleanly where no adapter exists."""
+"""Shared fixtures: one GPU for the whole test run, skipped cleanly where no adapter exists.
 
+Property-based tests (tests/test_fuzz.py) run a bounded number of examples by default, as
+in CI; HYPOTHESIS_PROFILE=long runs many more for a local fuzzing session:
+
+    HYPOTHESIS_PROFILE=long python -m pytest tests/test_fuzz.py
+"""
+
+import os
 import random
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from autotune import device
 from autotune.compile import compile_shader
@@ -11,6 +19,17 @@ from autotune.render import render
 from autotune.verify import verify
 
 FAULTY = Path(__file__).parent / "faulty"
+
+# deadline=None and too_slow off: on lavapipe with busy cores an example's time varies
+# tenfold, and a first GPU example compiles. Fixtures such as tmp_path are shared by a
+# test's examples on purpose (each example makes its own folder in it).
+_FUZZ = dict(
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+settings.register_profile("ci", max_examples=100, **_FUZZ)
+settings.register_profile("long", max_examples=2000, **_FUZZ)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session")

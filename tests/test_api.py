@@ -30,6 +30,20 @@ def test_matmul_tiny_and_degenerate(gpu, cache_dir, shape):
     np.testing.assert_allclose(autotune.matmul(A, B), A @ B, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("shared_b", [False, True], ids=["B per item", "B shared"])
+def test_a_batch_of_one_keeps_its_batch_dimension(gpu, cache_dir, shared_b):
+    """As NumPy's matmul: A of 1 x M x K gives C of 1 x M x N, and C given as the addend
+    has that shape too (the batch axis used to be dropped, and such a C refused)."""
+    rng = np.random.default_rng(3)
+    A = rng.uniform(-1, 1, (1, 7, 5)).astype(np.float32)
+    B = rng.uniform(-1, 1, (5, 3) if shared_b else (1, 5, 3)).astype(np.float32)
+    C = rng.uniform(-1, 1, (1, 7, 3)).astype(np.float32)
+    got = autotune.matmul(A, B, C, beta=0.5)
+    assert got.shape == (1, 7, 3)
+    np.testing.assert_allclose(got, A @ B + 0.5 * C, rtol=1e-5, atol=1e-5)
+    assert autotune.matmul(A, B).shape == (1, 7, 3)
+
+
 def test_matmul_accepts_non_contiguous_views(gpu, cache_dir):
     rng = np.random.default_rng(1)
     A = rng.random((40, 30), np.float32).T  # 30 x 40, Fortran order

@@ -26,8 +26,8 @@ FINGERPRINT = {
 VERSIONS = {"wgpu": "0.32.0", "wgpu_native": "29.0.1.1"}
 
 
-def entry(M=64, N=64, K=64, median_s=1e-3, checks=True, seed=0, template="blocked"):
-    problem = Problem(M, N, K)
+def entry(M=64, N=64, K=64, median_s=1e-3, checks=True, seed=0, template="blocked", **variant):
+    problem = Problem(M, N, K, **variant)
     config = load_space(template).seed_configs(problem)[seed]
     return cache.Entry(
         key=cache.Key.of(problem, config, checks),
@@ -100,6 +100,44 @@ def test_problem_or_mode_change_is_a_miss(tmp_path, change):
     key = changed(entry().key, **change)
     assert store.get(key) is None or "kernel" in change  # the same slot: the stored entry
     if not {"template", "kernel", "space"} & set(change):
+        assert store.best(key.problem, key.checks) is None
+
+
+# A variant problem (f16, B stored transposed, a batch of 4, bias and GELU fused), stored
+# with blockedx (the template that computes variants); each row changes one field.
+VARIANT = dict(dtype="f16", layout="nt", batch=4, epilogue="bias,gelu")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(dtype="f32"),
+        dict(accumulate="f32"),
+        dict(accumulate="f16"),
+        dict(layout="nn"),
+        dict(layout="tt"),
+        dict(batch=1),
+        dict(batch=8),
+        dict(shared_b=True),
+        dict(epilogue="bias"),
+        dict(epilogue="bias,relu"),
+        dict(epilogue="alpha,bias,gelu"),
+        dict(epilogue="none"),
+        dict(checks=False),
+        dict(space="portable"),
+    ],
+    ids=lambda change: " ".join(f"{k}={v}" for k, v in change.items()),
+)
+def test_variant_change_is_a_miss(tmp_path, change):
+    store = cache.DeviceCache(tmp_path, FINGERPRINT, VERSIONS)
+    stored = entry(template="blockedx", **VARIANT)
+    store.put(stored)
+    assert store.get(stored.key) == stored  # the unchanged key is a hit
+    assert store.best(stored.key.problem, checks=True) == stored
+    key = changed(stored.key, **change)
+    assert str(key) != str(stored.key)
+    assert store.get(key) is None
+    if "space" not in change:  # best() serves either space (lookup filters by space)
         assert store.best(key.problem, key.checks) is None
 
 
@@ -301,3 +339,11 @@ def test_out_that_exists_must_be_an_input(tmp_path, capsys):
     out.write_text("{}")
     assert main(["cache", "merge", str(a), "--out", str(out)]) == 2
     assert "exists" in capsys.readouterr().err and out.read_text() == "{}"
+
+
+def test_merge_out_with_a_nul_character_is_refused(tmp_path):
+    a = machine_file(tmp_path / "a", entry())
+    for out in (tmp_path / "m\0.json", f"{tmp_path}/d\0/m.json"):
+        with pytest.raises(cache.MergeError, match="contains a NUL character"):
+            cache.merge([a], out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]

@@ -88,6 +88,26 @@ def test_bad_name_is_refused(gpu, tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_a_folder_that_cannot_be_written_is_refused_by_name(gpu, tmp_path):
+    """The folder check passes a path below a file, or one through a missing folder to a
+    file (out/../FILE); making it, or writing a bundle whose name is a folder, fails:
+    an ExportError naming out_dir, not a bare OSError, and no bundle file written."""
+    kernel = autotune.lookup(4, 4, 4)
+    (tmp_path / "FILE").write_text("a file")
+    (tmp_path / "taken" / "gemm.wgsl").mkdir(parents=True)
+    for out, name in [
+        (tmp_path / "FILE" / "below", None),
+        (tmp_path / "missing" / ".." / "FILE", None),
+        (tmp_path / "taken", "gemm"),
+    ]:
+        with pytest.raises(
+            autotune.ExportError, match="cannot be written|nothing written"
+        ) as raised:
+            autotune.export(kernel, out, name)
+        assert raised.value.field == "out_dir"
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == [tmp_path / "FILE"]
+
+
 def test_portable_lookup_stays_within_webgpu_defaults(gpu, cache_dir):
     limits = portable_limits(gpu.limits)
     for shape in [(256, 256, 256), (1, 512, 64), (1000, 17, 999)]:

@@ -1,8 +1,13 @@
 """Timing: device timestamps and the wall clock agree; the method is recorded."""
 
+import time
+
+import numpy as np
 import pytest
+import wgpu
 
 from autotune.compile import compile_shader
+from autotune.kernel import uniform_bytes
 from autotune.measure import TooSlow, measure
 from autotune.problem import Problem
 from autotune.render import render
@@ -38,3 +43,64 @@ def test_wall_clock_fallback_is_recorded(gpu, known_kernel):
 def test_too_slow_candidate_is_cut_short(gpu, known_kernel):
     with pytest.raises(TooSlow):
         measure(known_kernel, gpu, max_dispatch_s=1e-9)
+
+
+def _own_clock(compiled, gpu, samples: int) -> list[float]:
+    """Seconds of one run of the kernel's plan (one dispatch for a plain tiled kernel) by
+    the test's own clock, `samples` times: its own buffers, one plain pass per
+    submission, waited for by reading C back (no autotune timing code)."""
+    problem, plan = compiled.shader.problem, compiled.shader.plan
+    rng = np.random.default_rng(0)
+    storage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC
+    buffers = {}
+    for binding in plan.bindings:
+        if binding.kind == "uniform":
+            data, usage = uniform_bytes(problem), wgpu.BufferUsage.UNIFORM
+        else:
+            data, usage = rng.standard_normal(binding.size // 4, dtype=np.float32), storage
+        buffers[binding.name] = gpu.device.create_buffer_with_data(data=data, usage=usage)
+    group = gpu.device.create_bind_group(
+        layout=compiled.bind_group_layout,
+        entries=[
+            {"binding": b.number, "resource": {"buffer": buffers[b.name]}} for b in plan.bindings
+        ],
+    )
+    times = []
+    for _ in range(samples):
+        encoder = gpu.device.create_command_encoder()
+        compute = encoder.begin_compute_pass()
+        compute.set_bind_group(0, group)
+        for pipeline, step in zip(compiled.pipelines, plan.passes, strict=True):
+            compute.set_pipeline(pipeline)
+            compute.dispatch_workgroups(*step.grid)
+        compute.end()
+        start = time.perf_counter()
+        gpu.queue.submit([encoder.finish()])
+        gpu.queue.read_buffer(buffers["C"])  # returns once the dispatch is done
+        times.append(time.perf_counter() - start)
+    for buffer in buffers.values():
+        buffer.destroy()
+    return times
+
+
+def test_time_per_dispatch_agrees_with_an_independent_clock(gpu, known_kernel):
+    """The timestamps and the wall clock inside measure() share its pass (R dispatches,
+    divided by R): a pass of 2R dispatches divided by R would fool both. Here the test
+    times single dispatches itself (milliseconds each for 128^3 on lavapipe, where
+    measure() makes a pass of one dispatch; submission and read-back are small beside
+    it). Other processes' load comes and goes and only ever adds time, so both sides
+    get one statistic, interleaved: the fastest, over 9 groups of 5 timings, of each
+    group's 20th percentile (measure's p20_s over its 5 passes)."""
+    _own_clock(known_kernel, gpu, samples=2)  # first-use costs, not timed
+    ours, theirs = [], []
+    for round in range(9):  # as many groups each, the test's before and after in turn
+        if round % 2:
+            ours.append(np.quantile(_own_clock(known_kernel, gpu, samples=5), 0.2))
+        m = measure(known_kernel, gpu, passes=5, min_pass_s=1e-6)  # passes of one dispatch
+        assert m.repeats == 1  # as the test's own
+        theirs.append(m.p20_s)
+        if not round % 2:
+            ours.append(np.quantile(_own_clock(known_kernel, gpu, samples=5), 0.2))
+    # Honest: 0.9-1.05 on lavapipe, 0.5-1.15 with both cores busy (the test's submissions
+    # then wait longer for lavapipe's threads); twice the dispatches counted once: 1.6-2.2.
+    assert 0.4 <= min(theirs) / min(ours) <= 1.4, (theirs, ours)

@@ -409,3 +409,19 @@ def test_a_claim_admitted_before_a_lower_one_was_written_counts(tmp_path):
     assert study.claim(ours, free[0])
     assert not study.admit(ours, trials=4)
     assert study.admit(ours, trials=5)
+
+
+def test_the_second_look_returns_the_fastest_finalist_not_the_first(gpu, faulty_templates):
+    """tune times its finalists again in the worker and keeps the fastest. Here the
+    first finalist is known to be slow: faulty MODE 4 repeats the whole product 2000
+    times, MODE 0 computes it once; both are correct."""
+    from autotune.worker import Worker
+
+    problem = Problem(24, 20, 16)
+    slow, fast = (Config.make("faulty", {"MODE": mode}) for mode in (4, 0))
+    with Worker(gpu.fingerprint.as_dict()) as worker:
+        worker.prepare(problem, seed=1, checks=True)
+        best = worker.retime([slow, fast])
+        assert best is not None and best.config == fast
+        slow_s = worker.evaluate(slow).measurement.median_s
+    assert best.ok and best.measurement.median_s < slow_s / 10
