@@ -92,67 +92,76 @@ def _positive_float(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m autotune", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _tune_parser(commands)
+    _lookup_and_export_parsers(commands)
+    _other_parsers(commands)
+    return parser
 
-    def shape_options(command, many: bool, required: bool = True):
-        command.add_argument(
-            "--shape",
-            action="append" if many else _Once,
-            required=required,
-            metavar="MxNxK",
-            help="problem size: C (MxN) = A (MxK) @ B (KxN)" + (" (repeatable)" if many else ""),
-        )
-        command.add_argument(
-            "--dtype",
-            default="f32",
-            choices=list(DTYPES),
-            help="element type (default f32; f16 needs the adapter feature shader-f16)",
-        )
-        command.add_argument(
-            "--layout",
-            default="nn",
-            choices=list(LAYOUTS),
-            help="A then B: n as in A @ B (A is MxK, B is KxN), t stored transposed (nt: B "
-            "is NxK, a linear layer's weight); default nn",
-        )
-        command.add_argument(
-            "--batch",
-            type=_positive_int,
-            default=1,
-            help="matrices per operand (a batched GEMM; default 1)",
-        )
-        command.add_argument(
-            "--shared-b", action="store_true", help="one B for the whole batch (--batch > 1)"
-        )
-        command.add_argument(
-            "--epilogue",
-            default="none",
-            metavar="OPS",
-            help="fused after the product, comma-separated, applied in this order: "
-            f"{', '.join(EPILOGUE_OPS)} (one activation); e.g. bias,gelu (default none)",
-        )
-        command.add_argument(
-            "--accumulate",
-            default="auto",
-            choices=list(ACCUMULATE),
-            help="f16's accumulation type: auto (the tuner picks the faster), or pinned to "
-            "f32 (more accurate) or f16 (default auto)",
-        )
-        command.add_argument(
-            "--checks",
-            default="on",
-            choices=["on", "off"],
-            help="wgpu runtime bounds checks in the shader, as browsers "
-            "have them (on, default) or not (off)",
-        )
-        command.add_argument(
-            "--cache",
-            metavar="DIR",
-            help="cache folder (default: $AUTOTUNE_CACHE, or cache/ in "
-            "a checkout, or the user's cache folder)",
-        )
 
+def _shape_options(command, many: bool, required: bool = True) -> None:
+    """The problem's options (--shape and the variant), --checks and --cache."""
+    command.add_argument(
+        "--shape",
+        action="append" if many else _Once,
+        required=required,
+        metavar="MxNxK",
+        help="problem size: C (MxN) = A (MxK) @ B (KxN)" + (" (repeatable)" if many else ""),
+    )
+    command.add_argument(
+        "--dtype",
+        default="f32",
+        choices=list(DTYPES),
+        help="element type (default f32; f16 needs the adapter feature shader-f16)",
+    )
+    command.add_argument(
+        "--layout",
+        default="nn",
+        choices=list(LAYOUTS),
+        help="A then B: n as in A @ B (A is MxK, B is KxN), t stored transposed (nt: B "
+        "is NxK, a linear layer's weight); default nn",
+    )
+    command.add_argument(
+        "--batch",
+        type=_positive_int,
+        default=1,
+        help="matrices per operand (a batched GEMM; default 1)",
+    )
+    command.add_argument(
+        "--shared-b", action="store_true", help="one B for the whole batch (--batch > 1)"
+    )
+    command.add_argument(
+        "--epilogue",
+        default="none",
+        metavar="OPS",
+        help="fused after the product, comma-separated, applied in this order: "
+        f"{', '.join(EPILOGUE_OPS)} (one activation); e.g. bias,gelu (default none)",
+    )
+    command.add_argument(
+        "--accumulate",
+        default="auto",
+        choices=list(ACCUMULATE),
+        help="f16's accumulation type: auto (the tuner picks the faster), or pinned to "
+        "f32 (more accurate) or f16 (default auto)",
+    )
+    command.add_argument(
+        "--checks",
+        default="on",
+        choices=["on", "off"],
+        help="wgpu runtime bounds checks in the shader, as browsers "
+        "have them (on, default) or not (off)",
+    )
+    command.add_argument(
+        "--cache",
+        metavar="DIR",
+        help="cache folder (default: $AUTOTUNE_CACHE, or cache/ in "
+        "a checkout, or the user's cache folder)",
+    )
+
+
+def _tune_parser(commands) -> None:
+    """tune: the problems, the budget and how to search."""
     tune = commands.add_parser("tune", help="search, verify and time kernels; cache the best")
-    shape_options(tune, many=True, required=False)
+    _shape_options(tune, many=True, required=False)
     tune.add_argument(
         "--shapes-from",
         metavar="FILE",
@@ -198,15 +207,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tune.add_argument("--seed", type=int, default=None, help="sampler seed")
 
+
+def _lookup_and_export_parsers(commands) -> None:
     lookup = commands.add_parser("lookup", help="the best known kernel for a shape")
-    shape_options(lookup, many=False)
+    _shape_options(lookup, many=False)
     lookup.add_argument("--json", action="store_true", help="print JSON instead of text")
     lookup.add_argument("--wgsl", action="store_true", help="print the kernel's WGSL")
 
     export = commands.add_parser(
         "export", help="write NAME.wgsl, NAME.json (manifest) and NAME.js for each shape"
     )
-    shape_options(export, many=True)
+    _shape_options(export, many=True)
     export.add_argument("--out", required=True, metavar="DIR", help="folder for the bundles")
     export.add_argument(
         "--portable",
@@ -218,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--trials", type=_positive_int, default=30, help="trials when --portable tunes (30)"
     )
 
+
+def _other_parsers(commands) -> None:
+    """devices, demo and cache merge."""
     commands.add_parser("devices", help="adapters: backend, features, limits, fingerprint")
     demo = commands.add_parser(
         "demo", help="render, verify and time each template's default kernel for one shape"
@@ -238,7 +252,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="merged file, or a folder (the file then gets the device's cache file name)",
     )
-    return parser
 
 
 def _problems(args) -> list:
@@ -316,107 +329,119 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _tune(args, problems, console: Console) -> int:
-    from .tune import TuneError, check_budget, check_storage, check_templates, tune
+    from .model import DEFAULT_RADIUS, choose_representatives
+    from .tune import tune_many
 
-    trials = args.trials if args.trials or args.timeout else 30
     if args.radius is not None and not args.model:
         raise UsageError("argument --radius: only with --model FILE")
     if args.model and (args.shape or args.shapes_from):
         raise UsageError("argument --model: not with --shape or --shapes-from")
-    assignments = None
-    if args.model:
-        from .model import DEFAULT_RADIUS, choose_representatives
-
-        radius = DEFAULT_RADIUS if args.radius is None else args.radius
-        assignments = choose_representatives(problems, radius)  # main() names --radius
-        problems = list(dict.fromkeys(a.representative for a in assignments))
-    try:  # every argument is checked before the first shape starts
-        check_templates(args.template)
-        check_budget(trials, args.timeout)
-        check_storage(args.storage)
-        check_folder("cache_dir", args.cache, writable=True, error=TuneError)
-    except TuneError as error:
-        raise UsageError(f"argument {_option(error.field)}: {error}") from None
-    if args.template:  # e.g. a plain-only template asked for a variant of the list
-        from .space import check_runnable
-
-        for problem in problems:
-            check_runnable(problem, None, args.template)  # main() names the option
-    if assignments:  # the plan, once every argument is known to be good
-        console.print(
-            f"autotune: {len(problems)} of {len(assignments)} problems to tune (radius {radius:g})",
-            soft_wrap=True,
+    radius = (DEFAULT_RADIUS if args.radius is None else args.radius) if args.model else None
+    trials = args.trials if args.trials or args.timeout else 30
+    display = _TuneDisplay(console, trials or args.timeout, f"/{trials}" if trials else "")
+    display.count = len(problems)
+    if radius is not None:  # the plan is shown once every argument is known to be good
+        display.plan = choose_representatives(problems, radius), radius
+        display.count = len({a.representative for a in display.plan[0]})
+    with display:
+        # bad arguments and problems beyond the device: main() names the option
+        results = tune_many(
+            problems,
+            radius=radius,
+            on_start=display.start,
+            trials=trials,
+            timeout=args.timeout,
+            templates=args.template,
+            checks=args.checks == "on",
+            sampler=args.sampler,
+            storage=args.storage,
+            cache_dir=args.cache,
+            seed=args.seed,
+            on_trial=display.trial,
         )
-        console.print(_plan(assignments, radius))
-    results = []
-    # One display for all shapes: a bar per shape, and one for the whole list.
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        TextColumn("{task.fields[trials]}"),
-        TextColumn("best {task.fields[best]}"),
-        TextColumn("failed {task.fields[failed]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        transient=False,
-    ) as progress:
-        overall = None
-        if len(problems) > 1:
-            overall = progress.add_task(
-                "all shapes", total=len(problems), best="-", failed=0, trials=""
-            )
-        for done, problem in enumerate(problems):
-            if overall is not None:
-                progress.update(overall, trials=f"{done}/{len(problems)} shapes")
-            # The bar follows the trial budget, or the clock when only --timeout is given.
-            total = trials or args.timeout
-            budget = f"/{trials}" if trials else ""
-            task = progress.add_task(
-                problem.shape, total=total, best="-", failed=0, trials=f"0{budget} trials"
-            )
-
-            def on_trial(event, task=task, problem=problem, budget=budget):
-                result = event["result"]
-                best = result.best
-                progress.update(
-                    task,
-                    completed=result.study_trials if budget else event["elapsed"],
-                    trials=f"{result.study_trials}{budget} trials",
-                    failed=sum(result.failures.values()),
-                    best=f"{best.measurement.gflops(problem.flops):.1f} GFLOP/s" if best else "-",
-                )
-
-            # bad arguments and problems beyond the device: main() names the option
-            result = tune(
-                **problem.arguments,
-                trials=trials,
-                timeout=args.timeout,
-                templates=args.template,
-                checks=args.checks == "on",
-                sampler=args.sampler,
-                storage=args.storage,
-                cache_dir=args.cache,
-                seed=args.seed,
-                on_trial=on_trial,
-            )
-            progress.update(
-                task, completed=total, trials=f"{result.search.study_trials}{budget} trials"
-            )
-            results.append(result)
-            if overall is not None:
-                failed = sum(1 for r in results if not r.entry)
-                progress.update(
-                    overall,
-                    advance=1,
-                    failed=failed,
-                    trials=f"{done + 1}/{len(problems)} shapes",
-                )
+        display.finish(results)
     console.print(_summary(results))
     console.print(_configs(results))
     for path in dict.fromkeys(r.cache_path for r in results):
         console.print(f"cache: {path}")
     return 0 if all(r.entry for r in results) else 1
+
+
+class _TuneDisplay:
+    """Progress of a tune: a bar per shape (following the trial budget, or the clock when
+    only --timeout is given), and one for the whole list."""
+
+    def __init__(self, console: Console, total: float, budget: str):
+        self.console, self.total, self.budget = console, total, budget
+        self.plan = None  # (assignments, radius) of a model, shown before the first shape
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[trials]}"),
+            TextColumn("best {task.fields[best]}"),
+            TextColumn("failed {task.fields[failed]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
+        )
+        self.task = self.overall = self.problem = None
+        self.count = 0  # shapes to tune
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.task is not None:  # started with the first shape
+            self.progress.stop()
+
+    def start(self, problem, index: int) -> None:
+        if index == 0:  # every argument was checked: show the plan, start the display
+            self._show_plan()
+            self.progress.start()
+        self._complete()
+        if index == 1:  # a second shape: a bar for the whole list too
+            self.overall = self.progress.add_task(
+                "all shapes", total=None, best="-", failed=0, trials=""
+            )
+        if self.overall is not None:
+            self.progress.update(self.overall, trials=f"{index} shapes done")
+        self.problem, self.shapes = problem, index + 1
+        self.task = self.progress.add_task(
+            problem.shape, total=self.total, best="-", failed=0, trials=f"0{self.budget} trials"
+        )
+
+    def trial(self, event: dict) -> None:
+        result, best = event["result"], event["result"].best
+        gflops = f"{best.measurement.gflops(self.problem.flops):.1f} GFLOP/s" if best else "-"
+        self.progress.update(
+            self.task,
+            completed=result.study_trials if self.budget else event["elapsed"],
+            trials=f"{result.study_trials}{self.budget} trials",
+            failed=sum(result.failures.values()),
+            best=gflops,
+        )
+
+    def finish(self, results) -> None:
+        self._complete()
+        if self.overall is not None:
+            failed = sum(1 for r in results if not r.entry)
+            done = f"{len(results)}/{self.count} shapes"
+            self.progress.update(self.overall, completed=len(results), failed=failed, trials=done)
+
+    def _complete(self) -> None:
+        if self.task is not None:
+            self.progress.update(self.task, completed=self.total)
+
+    def _show_plan(self) -> None:
+        if self.plan:
+            assignments, radius = self.plan
+            self.console.print(
+                f"autotune: {self.count} of {len(assignments)} problems to tune "
+                f"(radius {radius:g})",
+                soft_wrap=True,
+            )
+            self.console.print(_plan(assignments, radius))
 
 
 def _plan(assignments, radius: float) -> Table:
