@@ -33,7 +33,7 @@ from .device import Gpu, get_gpu, portable_limits, versions
 from .evaluate import Outcome, reference_seed
 from .kernel import check_fits
 from .model import choose_representatives
-from .problem import Problem
+from .problem import VARIANT_KEYS, Problem
 from .search import SAMPLERS, SearchResult, search
 from .space import check_runnable, load_space, template_names
 from .worker import CANDIDATE_S, Worker
@@ -172,29 +172,18 @@ def baseline(problem: Problem, gpu: Gpu, worker: Worker) -> Outcome | None:
     return worker.evaluate(seeds[0]) if seeds else None
 
 
-def tune(
-    M: int,
-    N: int,
-    K: int,
-    dtype: str = "f32",
-    *,
-    layout: str = "nn",
-    batch: int = 1,
-    shared_b: bool = False,
-    epilogue: str | list | None = "none",
-    accumulate: str = "auto",
-    **options,
-) -> TuneResult:
+def tune(M: int, N: int, K: int, dtype: str = "f32", **options) -> TuneResult:
     """Find the fastest correct kernel for this problem on this device and cache it.
 
-    The variant (`layout`, `batch`, `shared_b`, `epilogue`, `accumulate`) is as in
-    autotune.lookup; `options` are TuneOptions' fields (trials=30, timeout, templates,
-    checks, sampler, storage, cache_dir, seed, gpu, on_trial, portable,
-    candidate_timeout, compile_ahead). Without `templates`, the built-in ones that
-    compute the problem are searched. `portable` searches only configs within WebGPU's
-    default limits (for export to any browser); lookup(portable=True) finds them.
+    `options`: the variant (`layout`, `batch`, `shared_b`, `epilogue`, `accumulate`) as
+    in autotune.lookup, and TuneOptions' fields (trials=30, timeout, templates, checks,
+    sampler, storage, cache_dir, seed, gpu, on_trial, portable, candidate_timeout,
+    compile_ahead). Without `templates`, the built-in ones that compute the problem are
+    searched. `portable` searches only configs within WebGPU's default limits (for
+    export to any browser); lookup(portable=True) finds them.
     """
-    problem = Problem(M, N, K, dtype, layout, batch, shared_b, epilogue, accumulate)
+    variant = {k: options.pop(k) for k in VARIANT_KEYS if k in options}
+    problem = Problem(M, N, K, dtype, **variant)
     return tune_problem(problem, _options(options))
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from entries import seed_entry
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
@@ -118,19 +119,7 @@ ENTRY_FIELDS = [f for f in cache._FIELDS if f != "key"]
 
 
 def valid_entry_json(problem: Problem, template: str = "naive") -> tuple[str, dict]:
-    config = load_space(template).seed_configs(problem)[0]
-    entry = cache.Entry(
-        key=Key.of(problem, config, True),
-        params=config.as_dict(),
-        median_s=1e-4,
-        p20_s=1e-4,
-        p80_s=1e-4,
-        method="timestamp",
-        gflops=problem.flops / 1e-4 / 1e9,
-        error=1e-7,
-        date="2024-01-01T00:00:00Z",
-        origin="host",
-    )
+    entry = seed_entry(problem, template, date="2024-01-01T00:00:00Z", origin="host")
     return str(entry.key), entry.to_json()
 
 

@@ -12,6 +12,7 @@ import json
 
 import optuna
 import pytest
+from entries import seed_entry
 
 import autotune
 from autotune import cache
@@ -33,18 +34,7 @@ def store_for(folder, gpu=None):
 
 
 def good_entry(problem=PROBLEM, template="naive"):
-    config = load_space(template).seed_configs(problem)[0]
-    return cache.Entry(
-        key=cache.Key.of(problem, config, True),
-        params=config.as_dict(),
-        median_s=1e-4,
-        p20_s=1e-4,
-        p80_s=1e-4,
-        method="timestamp",
-        gflops=problem.flops / 1e-4 / 1e9,
-        error=1e-7,
-        date=cache.today(),
-    )
+    return seed_entry(problem, template)
 
 
 def files(folder):

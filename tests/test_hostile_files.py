@@ -20,6 +20,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from entries import seed_entry
 
 import autotune
 from autotune import cache
@@ -29,7 +30,6 @@ from autotune.device import versions
 from autotune.export import ExportWarning
 from autotune.files import FileRefused, read_limited
 from autotune.problem import ProblemError, problems_from_file
-from autotune.space import load_space
 
 ROOT = Path(__file__).parent.parent
 PROBLEM = autotune.Problem(64, 64, 64)
@@ -85,18 +85,7 @@ def store_for(folder, gpu=None):
 
 
 def good_entry():
-    config = load_space("naive").seed_configs(PROBLEM)[0]
-    return cache.Entry(
-        key=cache.Key.of(PROBLEM, config, True),
-        params=config.as_dict(),
-        median_s=1e-4,
-        p20_s=1e-4,
-        p80_s=1e-4,
-        method="timestamp",
-        gflops=PROBLEM.flops / 1e-4 / 1e9,
-        error=1e-7,
-        date=cache.today(),
-    )
+    return seed_entry(PROBLEM)
 
 
 def a_cache_file(folder) -> Path:

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 
 import pytest
+from entries import seed_entry
 
 import autotune
 from autotune import cache
@@ -34,18 +35,7 @@ def test_export_refuses_a_name_with_a_line_break(gpu, tmp_path, name):
 
 
 def tuned_entry(gpu, date):
-    config = load_space("naive").seed_configs(PROBLEM)[0]
-    return cache.Entry(
-        key=cache.Key.of(PROBLEM, config, True),
-        params=config.as_dict(),
-        median_s=1e-4,
-        p20_s=1e-4,
-        p80_s=1e-4,
-        method="timestamp",
-        gflops=PROBLEM.flops / 1e-4 / 1e9,
-        error=1e-7,
-        date=date,
-    )
+    return seed_entry(PROBLEM, date=date)
 
 
 def test_an_entry_dated_with_a_trailing_newline_never_reaches_an_export(gpu, tmp_path):
