@@ -32,6 +32,14 @@ settings.register_profile("long", max_examples=2000, **_FUZZ)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+def pytest_collection_modifyitems(items):
+    """A test needs a GPU exactly when it uses the `gpu` fixture (directly or through
+    another fixture): it is marked `gpu`, and skipped cleanly where no adapter exists."""
+    for item in items:
+        if "gpu" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.gpu)
+
+
 @pytest.fixture(scope="session")
 def gpu():
     if not device.has_adapter():

@@ -15,7 +15,6 @@ from autotune.problem import Problem
 from autotune.space import load_space
 from autotune.verify import gelu
 
-pytestmark = pytest.mark.gpu
 M, N, K = 13, 12, 8
 NUMPY = {"relu": lambda x: np.maximum(x, 0.0), "gelu": gelu}
 

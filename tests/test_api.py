@@ -6,8 +6,6 @@ import pytest
 import autotune
 from autotune.problem import ProblemError
 
-pytestmark = pytest.mark.gpu
-
 
 def test_readme_example(gpu, cache_dir):
     A = np.random.rand(1000, 999).astype(np.float32)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
-pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 
 def run_script(name: str, *args: str, cwd: Path) -> str:

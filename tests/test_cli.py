@@ -52,7 +52,7 @@ def test_help_documents_every_command():
         assert option in done.stdout
 
 
-@pytest.mark.gpu
+@pytest.mark.slow
 def test_tune_then_lookup_exact(gpu, tmp_path, capsys):
     cache = str(tmp_path / "cache")
     assert (
@@ -67,7 +67,6 @@ def test_tune_then_lookup_exact(gpu, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["source"] in ("nearest", "default")
 
 
-@pytest.mark.gpu
 def test_devices_and_demo(gpu, capsys):
     assert main(["devices"]) == 0
     out = capsys.readouterr().out
@@ -77,7 +76,7 @@ def test_devices_and_demo(gpu, capsys):
     assert out.count("ok") >= 3 and "WRONG" not in out
 
 
-@pytest.mark.gpu
+@pytest.mark.slow
 def test_tune_shapes_from_a_model_file_tunes_each_problem_once(gpu, tmp_path, capsys):
     model = tmp_path / "model.toml"
     model.write_text(
@@ -100,7 +99,7 @@ def test_tune_shapes_from_a_model_file_tunes_each_problem_once(gpu, tmp_path, ca
         assert json.loads(capsys.readouterr().out)["source"] == "exact"
 
 
-@pytest.mark.gpu
+@pytest.mark.slow
 def test_tune_model_tunes_representatives_and_lookup_serves_the_rest(gpu, tmp_path, capsys):
     model = tmp_path / "layer.json"
     model.write_text(
@@ -132,7 +131,7 @@ def test_tune_model_tunes_representatives_and_lookup_serves_the_rest(gpu, tmp_pa
     assert len(json.loads(path.read_text())["entries"]) == 4
 
 
-@pytest.mark.gpu
+@pytest.mark.slow
 def test_variant_tune_lookup_export(gpu, tmp_path, capsys):
     """f16, B transposed, a batch of 2, bias and GELU fused: tuned, cached under its own
     key, looked up exactly, nearest for another M, exported with its manifest fields."""

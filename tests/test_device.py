@@ -7,8 +7,6 @@ from autotune.render import render
 from autotune.space import load_space
 from autotune.verify import verify
 
-pytestmark = pytest.mark.gpu
-
 
 def test_fingerprint_is_stable_and_complete(gpu):
     first = device.Fingerprint.of(gpu.adapter)

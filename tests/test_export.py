@@ -24,7 +24,6 @@ from autotune.kernel import Kernel
 from autotune.problem import Problem
 from autotune.space import Config, load_space
 
-pytestmark = pytest.mark.gpu
 RUNNER = Path(__file__).parent / "browser"
 
 
@@ -118,6 +117,7 @@ def test_portable_lookup_stays_within_webgpu_defaults(gpu, cache_dir):
         )
 
 
+@pytest.mark.slow
 def test_cli_export(gpu, tmp_path, cache_dir):
     out = tmp_path / "out"
     assert (
@@ -229,6 +229,7 @@ def decoded_results(lines: list[str]) -> dict[str, dict]:
     return {value["name"]: value for tag, value in decoded if tag == "AUTOTUNE_RESULT"}
 
 
+@pytest.mark.slow
 def test_exported_bundles_run_unchanged_in_chromium(gpu, served):
     folder, base = served
     names = []

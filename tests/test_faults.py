@@ -22,8 +22,6 @@ from autotune.search import search
 from autotune.space import Config
 from autotune.worker import Worker, WorkerError
 
-pytestmark = pytest.mark.gpu
-
 PROBLEM = Problem(20, 20, 16)  # M not a multiple of the 8x8 tile: MODE 7 writes past C
 
 
@@ -61,6 +59,7 @@ def planned_faults(monkeypatch):
     return plan
 
 
+@pytest.mark.slow
 def test_hang_crash_and_lost_device_each_cost_one_trial(
     gpu, faulty_templates, planned_faults, tmp_path
 ):
@@ -70,7 +69,7 @@ def test_hang_crash_and_lost_device_each_cost_one_trial(
     with Worker(gpu.fingerprint.as_dict(), candidate_timeout=5.0) as worker:
         worker.prepare(PROBLEM, 1, True)
         result = search(PROBLEM, gpu, templates=["faulty"], trials=13, sampler="grid",
-                        storage=url, max_dispatch_s=0.05, evaluator=worker)  # fmt: skip
+                        storage=url, max_dispatch_s=0.01, evaluator=worker)  # fmt: skip
     assert result.measured == 13 and result.best.config == faulty(0)
     study = optuna.load_study(study_name=result.study_name, storage=url)
     trials = {t.user_attrs["params"]["MODE"]: t for t in study.trials if "reason" in t.user_attrs}
@@ -103,6 +102,7 @@ def test_hang_crash_and_lost_device_each_cost_one_trial(
     assert again.measured == 0 and again.best.config == faulty(0)
 
 
+@pytest.mark.slow
 def test_faulty_candidates_never_reach_the_cache(gpu, faulty_templates, planned_faults, cache_dir):
     planned_faults(**{"faulty MODE=11": "abort", "faulty MODE=12": "lose-device"})
     result = autotune.tune(
@@ -123,6 +123,7 @@ def test_faulty_candidates_never_reach_the_cache(gpu, faulty_templates, planned_
     assert kernel.source == "exact" and kernel.config == faulty(0)
 
 
+@pytest.mark.slow
 def test_worker_restarts_after_each_fault_and_keeps_working(gpu, faulty_templates, planned_faults):
     planned_faults(**{"faulty MODE=11": "abort", "faulty MODE=12": "lose-device"})
     with Worker(gpu.fingerprint.as_dict()) as worker:

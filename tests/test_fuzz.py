@@ -351,7 +351,6 @@ def test_fuzz_cli_exits_0_1_or_2_with_one_line(cli_folder, capsys, argv):
         assert "matches no adapter" in err, (argv, err)
 
 
-@pytest.mark.gpu
 @settings(max_examples=max(3, GPU_EXAMPLES // 3))
 @given(
     shape=st.tuples(*[st.integers(1, 24)] * 3).map(lambda s: "x".join(map(str, s))),
@@ -489,7 +488,6 @@ def _expected(call: dict) -> tuple[np.ndarray, np.ndarray]:
     return want, scale
 
 
-@pytest.mark.gpu
 @settings(max_examples=GPU_EXAMPLES)
 @given(matmul_calls())
 def test_fuzz_matmul_is_refused_by_name_or_right(gpu, cache_dir, call):
@@ -554,7 +552,6 @@ def lookup_calls(draw) -> dict:
     return call
 
 
-@pytest.mark.gpu
 @settings(max_examples=GPU_EXAMPLES)
 @given(lookup_calls())
 def test_fuzz_lookup_is_refused_by_name_or_computes_its_problem(gpu, tmp_path, call):
@@ -605,7 +602,6 @@ def _tree(root) -> set:
     return {p.relative_to(root) for p in root.rglob("*")}
 
 
-@pytest.mark.gpu
 @given(name=NAMES, folder=FOLDERS)
 def test_fuzz_export_refuses_by_name_or_writes_exactly_its_files(
     small_kernel, tmp_path, monkeypatch, name, folder

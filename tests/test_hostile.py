@@ -169,7 +169,6 @@ def test_each_problem_of_a_file_is_warned_once_per_process(tmp_path):
     assert [str(w.message).count("median_s") for w in caught] == [1]
 
 
-@pytest.mark.gpu
 def test_lookup_never_serves_a_stale_or_no_longer_valid_entry(gpu, tmp_path, monkeypatch):
     # a user template (a copy of naive) whose file changes after tuning
     mine = tmp_path / "templates"

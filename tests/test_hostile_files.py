@@ -147,7 +147,6 @@ def test_uncreatable_folder_exits_2_naming_the_option(uncreatable, capsys, comma
     assert str(uncreatable) in err
 
 
-@pytest.mark.gpu
 def test_export_into_an_uncreatable_folder_names_the_argument(gpu, uncreatable):
     kernel = autotune.lookup(4, 4, 4)
     with pytest.raises(autotune.ExportError) as caught:
@@ -222,7 +221,6 @@ def test_a_lock_that_is_not_a_file_is_refused_by_name(tmp_path, kind):
         assert (tmp_path / "outside.txt").read_text() == "precious"
 
 
-@pytest.mark.gpu
 def test_tune_with_a_symlinked_lock_stops_before_its_first_trial(gpu, tmp_path, capsys):
     folder = tmp_path / "cache"
     folder.mkdir()
@@ -271,7 +269,6 @@ def test_a_cache_file_that_is_not_a_regular_file_is_moved_aside(tmp_path, kind):
     assert list(store.entries()) == [str(good_entry().key)]
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("kind", list(SPECIAL))
 def test_lookup_with_a_special_cache_file_moves_it_aside(gpu, tmp_path, kind):
     # a FIFO hung lookup; a symlink to /dev/zero read until memory ran out
@@ -331,7 +328,6 @@ def kernel(gpu):
     return autotune.lookup(4, 4, 4)
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["symlink", "folder", "FIFO"])
 def test_export_refuses_to_write_through_what_is_not_a_file(kernel, tmp_path, kind):
     out = tmp_path / "out"
@@ -351,7 +347,6 @@ def test_export_refuses_to_write_through_what_is_not_a_file(kernel, tmp_path, ki
     assert [p.name for p in out.iterdir()] == ["gemm.js"]  # nothing written, nothing left
 
 
-@pytest.mark.gpu
 def test_export_says_which_files_it_replaces(kernel, tmp_path, capsys):
     with warnings.catch_warnings():
         warnings.simplefilter("error", ExportWarning)  # none the first time

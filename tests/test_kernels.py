@@ -12,8 +12,6 @@ from autotune.render import render
 from autotune.space import load_space
 from autotune.verify import verify
 
-pytestmark = pytest.mark.gpu
-
 SHAPES = [
     Problem(1, 1, 1),
     Problem(367, 367, 367),  # prime: no tile divides it
@@ -83,6 +81,7 @@ def test_two_workgroup_buffers_and_warp_layout_are_correct(
     assert_sample_is_correct(problem, configs, seed=5, count=6, checks=checks)
 
 
+@pytest.mark.slow
 def test_configs_declared_invalid_by_limits_are_refused(gpu):
     """Configs outside the device's limits never run: wgpu refuses too many invocations
     itself; workgroup storage over the limit it accepts (wgpu-native 29 does not check

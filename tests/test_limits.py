@@ -11,8 +11,6 @@ import autotune
 from autotune.__main__ import main
 from autotune.problem import ProblemError
 
-pytestmark = pytest.mark.gpu
-
 
 def wide(gpu) -> int:
     """An N for which every template's widest tile needs more workgroups than allowed."""

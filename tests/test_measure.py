@@ -13,8 +13,6 @@ from autotune.problem import Problem
 from autotune.render import render
 from autotune.space import load_space
 
-pytestmark = pytest.mark.gpu
-
 
 @pytest.fixture(scope="module")
 def known_kernel(gpu):

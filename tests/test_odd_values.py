@@ -72,7 +72,6 @@ def test_storage_objects_and_urls_are_accepted(tmp_path):
     assert isinstance(check_storage(url), optuna.storages.BaseStorage)
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize(
     "alpha", [np.int64(2), np.int8(-3), np.uint16(5), np.float32(0.5), np.float16(2)]
 )
@@ -209,7 +208,6 @@ def test_matmul_activation_of_the_wrong_type_names_activation(activation):
     _refused(lambda: autotune.matmul(F32, F32, activation=activation), ProblemError, "activation")
 
 
-@pytest.mark.gpu
 def test_kernel_call_refuses_odd_scalars_naming_them(gpu, cache_dir):
     kernel = autotune.lookup(4, 4, 4, epilogue="alpha,beta")
     for name, value in (("alpha", HUGE), ("beta", np.float64(1e39)), ("alpha", np.bool_(True))):
@@ -220,7 +218,6 @@ def test_kernel_call_refuses_odd_scalars_naming_them(gpu, cache_dir):
     )
 
 
-@pytest.mark.gpu
 def test_export_name_that_is_an_array_names_name(gpu, cache_dir, tmp_path):
     kernel = autotune.lookup(4, 4, 4)
     call = lambda: autotune.export(kernel, tmp_path / "out", np.array(["a", "b"]))  # noqa: E731
@@ -266,7 +263,6 @@ def test_cli_odd_values_exit_2_naming_the_option(capsys, tmp_path, argv, words):
     assert err.count("\n") == 1 and err.startswith("autotune: error: ") and words in err
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize(
     "argv, words",
     [
@@ -287,7 +283,6 @@ def test_limits_name_what_exceeds_them(gpu, capsys, cache_dir, argv, words):
     assert err.count("\n") == 1 and words in err
 
 
-@pytest.mark.gpu
 def test_each_cache_warning_is_printed_once(gpu, tmp_path):
     """A cache file with a bad entry: one lookup reads the file more than once (exact
     match, then the nearest shapes) and used to print the warning each time."""

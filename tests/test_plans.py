@@ -67,6 +67,7 @@ def test_a_workspace_too_small_for_its_writes_is_caught(gpu, halves, tmp_path, m
     assert not verdict.ok and "workspace" in verdict.reason
 
 
+@pytest.mark.slow
 def test_tuned_cached_looked_up_and_exported(gpu, halves, tmp_path, served):  # noqa: F811
     cache = tmp_path / "cache"
     result = autotune.tune(37, 29, 53, templates=["halves"], trials=3, cache_dir=cache, gpu=gpu)

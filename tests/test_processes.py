@@ -25,7 +25,7 @@ from autotune.problem import Problem
 from autotune.search import study_name
 from autotune.space import load_space
 
-pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 TRIALS = 6
 

@@ -18,8 +18,6 @@ from autotune.problem import Problem
 from autotune.search import FINALISTS, search, study_name
 from autotune.space import Config, load_space
 
-pytestmark = pytest.mark.gpu
-
 
 def measured_trials(study):
     return [
@@ -42,7 +40,7 @@ def test_failures_are_recorded_with_their_reason_and_the_search_goes_on(
         trials=6,
         sampler="grid",
         storage=storage,
-        max_dispatch_s=0.05,
+        max_dispatch_s=0.01,
         compile_ahead=ahead,  # a compile error found ahead is still that trial's
     )
     assert result.measured == 6
@@ -56,6 +54,7 @@ def test_failures_are_recorded_with_their_reason_and_the_search_goes_on(
 
 
 @pytest.mark.parametrize("budget", ["trials", "timeout"])
+@pytest.mark.slow
 def test_compiling_ahead_measures_each_config_once_and_releases_what_it_did_not_measure(
     gpu, budget
 ):
@@ -83,6 +82,7 @@ def test_compiling_ahead_measures_each_config_once_and_releases_what_it_did_not_
     assert again.measured == 2
 
 
+@pytest.mark.slow
 def test_wrong_kernel_is_never_cached(gpu, faulty_templates, cache_dir):
     # MODE 2 and 3 compute wrong results; only MODE 0 may end up in the cache
     result = autotune.tune(
@@ -92,6 +92,7 @@ def test_wrong_kernel_is_never_cached(gpu, faulty_templates, cache_dir):
     assert '"MODE": 2' not in result.cache_path.read_text()
 
 
+@pytest.mark.slow
 def test_tune_times_its_finalists_again_and_caches_the_fastest(gpu, cache_dir):
     storage = optuna.storages.InMemoryStorage()
     result = autotune.tune(
@@ -115,6 +116,7 @@ def test_tune_times_its_finalists_again_and_caches_the_fastest(gpu, cache_dir):
     )
 
 
+@pytest.mark.slow
 def test_invalid_configs_cost_nothing_and_nothing_is_measured_twice(gpu):
     problem = Problem(40, 36, 20)  # N, K multiples of 4 but not of 8 or 16: many invalid
     storage = optuna.storages.InMemoryStorage()
@@ -133,6 +135,7 @@ def test_invalid_configs_cost_nothing_and_nothing_is_measured_twice(gpu):
     assert all("reason" not in t.user_attrs for t in pruned)
 
 
+@pytest.mark.slow
 def test_whole_small_space_is_exhausted_then_stops(gpu):
     problem = Problem(8, 8, 8)
     size = len(load_space("naive").configs(problem, gpu.limits))
@@ -140,6 +143,7 @@ def test_whole_small_space_is_exhausted_then_stops(gpu):
     assert result.study_trials == size and result.measured == size
 
 
+@pytest.mark.slow
 def test_study_resumes_from_sqlite(gpu, tmp_path):
     url = f"sqlite:///{tmp_path / 'study.db'}"
     problem = Problem(32, 32, 32)
@@ -183,6 +187,7 @@ def postgres_url():
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.slow
 def test_two_machines_share_one_study_and_their_caches_merge(gpu, tmp_path, backend, request):
     """Two `tune` processes (as on two machines: each its own cache) on one study."""
     url = (
@@ -253,6 +258,7 @@ def _synthetic_seconds(config):
 
 
 @pytest.mark.parametrize("sampler", ["tpe", "random"])
+@pytest.mark.slow
 def test_replayed_search_is_frugal_with_proposals(sampler):
     """No GPU: a recorded cost replaces it. The sampler's repeats are replaced by
     unmeasured neighbours, so proposals stay few per measured trial and none is measured
@@ -358,6 +364,7 @@ def _measured_and_free(tmp_path, trials):
     return url, first.study_name, free
 
 
+@pytest.mark.slow
 def test_the_budget_counts_the_claims_of_other_processes(tmp_path):
     """Two processes on one study each saw 7 of 8 trials measured and both measured one
     more (9 for --trials 8): the last place, claimed elsewhere, is not taken again."""
@@ -373,6 +380,7 @@ def test_the_budget_counts_the_claims_of_other_processes(tmp_path):
     assert len(measured_trials(study)) + 1 == 8  # (the stand-in records no reason)
 
 
+@pytest.mark.slow
 def test_of_two_claims_for_the_last_place_the_lower_number_is_admitted(tmp_path):
     from autotune.study import Study
 
@@ -395,6 +403,7 @@ def test_of_two_claims_for_the_last_place_the_lower_number_is_admitted(tmp_path)
     assert not study.admit(fourth, trials=5)  # 3 measured, lower and third admitted
 
 
+@pytest.mark.slow
 def test_a_claim_admitted_before_a_lower_one_was_written_counts(tmp_path):
     """A process asks trial n, and before it writes its claim another process's trial
     n + 1 is claimed and counted (n not yet visible to it). Counting only the claims
@@ -411,6 +420,7 @@ def test_a_claim_admitted_before_a_lower_one_was_written_counts(tmp_path):
     assert study.admit(ours, trials=5)
 
 
+@pytest.mark.slow
 def test_the_second_look_returns_the_fastest_finalist_not_the_first(gpu, faulty_templates):
     """tune times its finalists again in the worker and keeps the fastest. Here the
     first finalist is known to be slow: faulty MODE 4 repeats the whole product 2000

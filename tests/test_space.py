@@ -42,6 +42,7 @@ def test_enumeration_is_exactly_the_valid_set(template, problem):
 
 
 @pytest.mark.parametrize("problem", PROBLEMS)
+@pytest.mark.slow
 def test_enumeration_of_a_large_space_is_the_valid_set(problem):
     """blocked has 810,000 raw combinations (over a minute per problem to classify them
     all), so: every enumerated config is valid, and every valid one among 40,000 drawn at
@@ -90,6 +91,7 @@ def test_needs_are_derived_per_config():
     assert (values["grid_x"], values["grid_y"]) == (7, 7)
 
 
+@pytest.mark.slow
 def test_vector_width_must_divide_n_and_k():
     space = load_space("blocked")
     for problem in (Problem(64, 63, 64), Problem(64, 64, 66)):

@@ -118,6 +118,7 @@ def test_cache_keys_of_variants():
             Key.parse(str(pinned).replace("f16-acc32", bad))
 
 
+@pytest.mark.slow
 def test_accumulation_can_be_pinned():
     space = load_space("blockedx")
     for accumulate, values in (("auto", {0, 1}), ("f32", {0}), ("f16", {1})):
@@ -128,7 +129,6 @@ def test_accumulation_can_be_pinned():
         Problem(8, 8, 8, accumulate="f16")
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("problem", PROBLEMS, ids=str)
 def test_variant_configs_verify(gpu, problem):
     """The seeds and a few random configs (vector widths, AT, DB, GROUP, accumulation)."""
@@ -141,7 +141,6 @@ def test_variant_configs_verify(gpu, problem):
         assert verdict.ok, f"{config}: {verdict.reason}"
 
 
-@pytest.mark.gpu
 def test_f16_accumulation_verifies(gpu):
     problem = Problem(64, 72, 96, "f16", "nt", 1, False, "bias")
     configs = [c for c in load_space("blockedx").configs(problem, gpu.limits) if c["ACC"]]
@@ -151,7 +150,6 @@ def test_f16_accumulation_verifies(gpu):
         assert verdict.ok and verdict.tolerance > 0.01, f"{config}: {verdict}"
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize(
     "problem", [Problem(70, 72, 40, "f32", "nt", 2), Problem(37, 64, 72, "f16", "nn")], ids=str
 )
@@ -163,7 +161,6 @@ def test_swizzled_staging_verifies(gpu, assert_sample_is_correct, problem):
     assert_sample_is_correct(problem, configs, seed=6, count=4)
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize(
     "right, wrong",
     [
@@ -193,7 +190,6 @@ def test_verification_catches_a_kernel_of_another_variant(gpu, right, wrong):
     assert not verify(compile_shader(render(config, wrong), gpu), gpu, reference=reference).ok
 
 
-@pytest.mark.gpu
 def test_matmul_variants_match_numpy(gpu):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((3, 37, 40)).astype(np.float32)  # a batch of activations
@@ -217,7 +213,6 @@ def test_matmul_variants_match_numpy(gpu):
         kernel(A32.T.copy(), B32, C0, bias=np.zeros(31, np.float32))  # another problem
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("epilogue", ["alpha,beta,bias", "bias,gelu"])
 def test_large_variants_are_checked_by_sampling(gpu, epilogue):
     """Above FULL_CHECK_FLOPS the check samples batch items, rows, columns (and, for a
@@ -239,7 +234,6 @@ def test_large_variants_are_checked_by_sampling(gpu, epilogue):
         assert not verify(bad, gpu, reference=reference).ok, wrong
 
 
-@pytest.mark.gpu
 def test_f16_manifest_sizes_are_whole_words(gpu):
     from autotune.export import manifest
     from autotune.kernel import Kernel
@@ -253,7 +247,7 @@ def test_f16_manifest_sizes_are_whole_words(gpu):
     assert data["required_features"] == ["shader-f16"] and data["accumulation"] == "f32"
 
 
-@pytest.mark.gpu
+@pytest.mark.slow
 def test_pinned_f16_entries_answer_auto_accumulation(gpu, tmp_path):
     """Tuned with f16 accumulation pinned, the entry serves "auto" (the tuner's choice)
     but not a problem that pins f32 accumulation."""

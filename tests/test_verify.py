@@ -76,7 +76,6 @@ PLANTED = {
 }
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("checks", [True, False], ids=["checks", "nochecks"])
 @pytest.mark.parametrize("planted", list(PLANTED))
 def test_planted_broken_kernels_are_rejected(gpu, faulty_templates, planted, checks):
@@ -93,7 +92,6 @@ def test_planted_broken_kernels_are_rejected(gpu, faulty_templates, planted, che
     assert words in verdict.reason
 
 
-@pytest.mark.gpu
 def test_planted_kernels_look_right_where_a_weak_check_would_look(gpu, faulty_templates):
     """Each planted fault is real and subtle: on the inputs a weaker check would use
     (zeros, non-negative data, a zeroed C, C's own elements only) it gives the right C."""
@@ -174,7 +172,6 @@ def test_f16_output_still_sees_a_dropped_product():
         assert not check_result(dropped, A, B, problem).ok, k
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("problem", F16_K1, ids=str)
 def test_default_f16_kernel_at_k_1_verifies_every_time(gpu, problem):
     """The default f16 kernel's output is NumPy's correctly rounded product, and it is

@@ -22,7 +22,6 @@ from autotune.problem import Problem
 from autotune.space import load_space
 from autotune.verify import verify
 
-pytestmark = pytest.mark.gpu
 PROBLEM = Problem(64, 64, 64)
 
 
