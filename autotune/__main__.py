@@ -27,6 +27,8 @@ from rich.table import Table
 from . import device as device_module
 from .arguments import ArgumentError, check_folder
 from .data import BUILT_IN
+from .files import FileRefused
+from .plan import PlanError
 from .problem import (
     ACCUMULATE,
     DTYPES,
@@ -37,7 +39,7 @@ from .problem import (
     problems_from_file,
 )
 from .search import SAMPLERS
-from .space import template_names
+from .space import SpaceError, template_names
 from .worker import WorkerError
 
 # API argument names -> the CLI options that set them
@@ -307,15 +309,13 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as error:
         print(_one_line(f"autotune: error: {error}"), file=sys.stderr)
         return 2
-    except ArgumentError as error:  # from the API, named as the CLI option
+    except ArgumentError as error:  # from the API (ProblemError too), named as the option
         print(
             _one_line(f"autotune: error: argument {_option(error.field)}: {error}"), file=sys.stderr
         )
         return 2
-    except ProblemError as error:
-        print(
-            _one_line(f"autotune: error: argument {_option(error.field)}: {error}"), file=sys.stderr
-        )
+    except (SpaceError, PlanError, FileRefused) as error:  # a template's own files
+        print(_one_line(f"autotune: error: argument --template: {error}"), file=sys.stderr)
         return 2
     except (device_module.NoAdapterError, WorkerError) as error:
         print(_one_line(f"autotune: error: {error}"), file=sys.stderr)

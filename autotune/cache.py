@@ -467,7 +467,25 @@ def merge(paths: Sequence[Path | str], out: Path | str) -> MergeReport:
         out = out / device_file_name(fingerprint, versions)
     if out.exists() and not any(out.resolve() == p.resolve() for p in paths):
         raise MergeError("out", f"{out} exists; name it among the inputs to merge into it")
-    merged: dict[tuple, Entry] = {}  # slot -> the fastest current entry
+    target = DeviceCache(out.parent, fingerprint, versions)
+    target.path = out
+    with locked(out, "out", MergeError):  # the inputs are read under it: `out` may be one
+        merged, conflicts, skipped = _merged(paths, headers, fingerprint, versions)
+        target._write_atomic(
+            {
+                "schema": SCHEMA,
+                "fingerprint": fingerprint,
+                "versions": versions,
+                "entries": dict(sorted((str(e.key), e.to_json()) for e in merged.values())),
+            }
+        )
+    return MergeReport(out, len(merged), sorted(conflicts), skipped)
+
+
+def _merged(paths, headers, fingerprint: dict, versions: dict):
+    """(slot -> the fastest current entry of the inputs, slots whose configs differ,
+    how many entries were left out as invalid or stale)."""
+    merged: dict[tuple, Entry] = {}
     conflicts, skipped = set(), 0
     for path, header in zip(paths, headers, strict=True):
         source = DeviceCache(path.parent, fingerprint, versions)
@@ -484,18 +502,7 @@ def merge(paths: Sequence[Path | str], out: Path | str) -> MergeReport:
                 conflicts.add(":".join(entry.key.slot))
             if old is None or entry.median_s < old.median_s:
                 merged[entry.key.slot] = entry
-    target = DeviceCache(out.parent, fingerprint, versions)
-    target.path = out
-    with locked(out, "out", MergeError):
-        target._write_atomic(
-            {
-                "schema": SCHEMA,
-                "fingerprint": fingerprint,
-                "versions": versions,
-                "entries": dict(sorted((str(e.key), e.to_json()) for e in merged.values())),
-            }
-        )
-    return MergeReport(out, len(merged), sorted(conflicts), skipped)
+    return merged, conflicts, skipped
 
 
 def _merge_header(path: Path) -> dict:

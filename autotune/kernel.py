@@ -25,14 +25,14 @@ SOURCES = ("exact", "nearest", "default")  # where a Kernel's config came from
 
 def _array(name: str, value: object, ndims: tuple[int, ...]) -> np.ndarray:
     if not isinstance(value, np.ndarray):
-        raise ProblemError(f"{name} must be a numpy.ndarray, got {type(value).__name__}", name)
+        raise ProblemError(name, f"{name} must be a numpy.ndarray, got {type(value).__name__}")
     if value.ndim not in ndims:
         wanted = " or ".join(f"{n}-D" for n in ndims)
         raise ProblemError(
-            f"{name} must be {wanted}, got {value.ndim}-D with shape {value.shape}", name
+            name, f"{name} must be {wanted}, got {value.ndim}-D with shape {value.shape}"
         )
     if 0 in value.shape:
-        raise ProblemError(f"{name} must not be empty, got shape {value.shape}", name)
+        raise ProblemError(name, f"{name} must not be empty, got shape {value.shape}")
     return value
 
 
@@ -44,18 +44,18 @@ def check_scalar(name: str, value: object) -> float:
     """alpha or beta as a float: a number (NumPy's too, never a bool) that is finite
     and within f32's range."""
     if not is_number(value):
-        raise ProblemError(f"{name} must be a number, got {shown(value, 40)}", name)
+        raise ProblemError(name, f"{name} must be a number, got {shown(value, 40)}")
     try:
         number = float(value)
     except OverflowError:  # an int beyond any float
         number = None
     if number is not None and not math.isfinite(number):
-        raise ProblemError(f"{name} must be finite, got {shown(value, 40)}", name)
+        raise ProblemError(name, f"{name} must be finite, got {shown(value, 40)}")
     if number is None or abs(number) > F32_MAX:
         raise ProblemError(
+            name,
             f"{name} must be within f32's range (|{name}| <= {F32_MAX:.4g}), "
             f"got {shown(value, 40)}",
-            name,
         )
     return number
 
@@ -84,24 +84,27 @@ def check_operands(
     A = _array("A", A, (2, 3))
     B = _array("B", B, (2, 3) if A.ndim == 3 else (2,))
     if A.dtype != B.dtype:
-        raise ProblemError(f"A and B must have one dtype, got A {A.dtype} and B {B.dtype}")
+        raise ProblemError("shape", f"A and B must have one dtype, got A {A.dtype} and B {B.dtype}")
     dtype = check_dtype(A.dtype)
     batch = A.shape[0] if A.ndim == 3 else 1
     if B.ndim == 3 and B.shape[0] != batch:
-        raise ProblemError(f"A and B must have one batch count, got {batch} and {B.shape[0]}")
+        raise ProblemError(
+            "shape", f"A and B must have one batch count, got {batch} and {B.shape[0]}"
+        )
     M, K = A.shape[-2:][::-1] if trans_a else A.shape[-2:]
     KB, N = B.shape[-2:][::-1] if trans_b else B.shape[-2:]
     if K != KB:
         raise ProblemError(
-            f"inner dimensions differ: op(A) is {M}x{K} (K={K}), op(B) is {KB}x{N} (K={KB})"
+            "shape",
+            f"inner dimensions differ: op(A) is {M}x{K} (K={K}), op(B) is {KB}x{N} (K={KB})",
         )
     alpha, beta = check_scalar("alpha", alpha), check_scalar("beta", beta)
     if activation is not None and (
         not isinstance(activation, str) or activation not in ("relu", "gelu")
     ):
         raise ProblemError(
-            f"activation {shown(activation, 40)} is unknown; known: relu, gelu (or None)",
             "activation",
+            f"activation {shown(activation, 40)} is unknown; known: relu, gelu (or None)",
         )
     ops = [op for op, on in (("alpha", alpha != 1), ("beta", beta != 0)) if on]
     ops += (["bias"] if bias is not None else []) + ([activation] if activation else [])
@@ -117,7 +120,7 @@ def check_operands(
     )
     arrays = {"A": A, "B": B}
     if beta != 0 and C is None:
-        raise ProblemError("beta != 0 needs C, the addend (C = alpha A B + beta C)", "C")
+        raise ProblemError("C", "beta != 0 needs C, the addend (C = alpha A B + beta C)")
     for name, value in (("C", C), ("bias", bias)):
         if value is not None:
             # C has A's batch dimension, also for a batch of one (as NumPy's matmul)
@@ -125,7 +128,7 @@ def check_operands(
             value = _array(name, value, (len(want),))
             if value.shape != want or value.dtype != A.dtype:
                 raise ProblemError(
-                    f"{name} must be {want} {A.dtype}, got {value.shape} {value.dtype}", name
+                    name, f"{name} must be {want} {A.dtype}, got {value.shape} {value.dtype}"
                 )
             arrays[name] = value
     return {k: np.ascontiguousarray(v) for k, v in arrays.items()}, problem
@@ -135,8 +138,8 @@ def check_features(problem: Problem, features, device: str = "this device") -> N
     """Raise ProblemError naming the missing adapter feature (f16 needs shader-f16)."""
     if problem.dtype == "f16" and "shader-f16" not in features:
         raise ProblemError(
-            f"dtype f16 needs the adapter feature shader-f16, which {device} does not have",
             "dtype",
+            f"dtype f16 needs the adapter feature shader-f16, which {device} does not have",
         )
 
 
@@ -155,9 +158,9 @@ def check_fits(problem: Problem, gpu: Gpu, limits: dict | None = None) -> None:
             # one matrix of a batched operand fits: the batch is what is too large
             batched = len(shape) == 3 and size // problem.batch <= limit
             raise ProblemError(
+                "batch" if batched else "shape",
                 f"{name} ({what} {problem.dtype}) needs {size} bytes, more than this "
                 f"device's storage buffer limit {limit_name} = {limit} bytes",
-                "batch" if batched else "shape",
             )
 
 
@@ -364,11 +367,12 @@ class Kernel:
         extra = set(got.ops) - set(problem.ops)
         if not same or extra or ("bias" in problem.ops) != (bias is not None):
             raise ProblemError(
+                "shape",
                 f"this kernel computes {problem}; got {got}; use autotune.matmul or "
-                "lookup() for another problem"
+                "lookup() for another problem",
             )
         if "beta" in problem.ops and C is None:
-            raise ProblemError("this kernel's epilogue has beta: pass C", "C")
+            raise ProblemError("C", "this kernel's epilogue has beta: pass C")
         check_fits(problem, self.gpu)
         result = dispatch(
             self.compiled,

@@ -90,7 +90,7 @@ def default_kernel(
         kernel = _verified(problem, config, "default", checks, gpu, reference)
         if kernel is not None:
             return kernel
-    raise ProblemError(f"no default kernel computes {problem} correctly on this device")
+    raise ProblemError("shape", f"no default kernel computes {problem} correctly on this device")
 
 
 @functools.lru_cache(maxsize=256)

@@ -56,6 +56,9 @@ class Measurement:
         if not all(0 < s < 3600 for s in seconds) or data["method"] not in METHODS:
             raise ValueError(f"not a measurement: {str(data)[:120]}")
         median, p20, p80, wall = seconds
+        counts = [data["repeats"], data["passes"]]
+        if not all(type(c) is int and 1 <= c <= MAX_REPEATS * 1000 for c in counts):
+            raise ValueError(f"not a measurement: {str(data)[:120]}")
         return cls(
             median, p20, p80, data["method"], int(data["repeats"]), int(data["passes"]), wall
         )

@@ -30,7 +30,7 @@ class Assignment:
 def check_radius(radius) -> float:
     if not is_number(radius) or not 0 <= radius < 50:
         raise ProblemError(
-            f"radius must be a number >= 0 and < 50, got {shown(radius, 40)}", "radius"
+            "radius", f"radius must be a number >= 0 and < 50, got {shown(radius, 40)}"
         )
     return float(radius)
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .arguments import is_integer, shown
+from .arguments import ArgumentError, is_integer, shown
 
 # dtype name -> NumPy type of the arrays in and out, and the WGSL scalar type.
 DTYPES = {"f32": (np.float32, "f32"), "f16": (np.float16, "f16")}
@@ -37,24 +37,20 @@ ACCUMULATE = ("auto", "f32", "f16")
 MAX_BATCH = 2**31 - 1
 
 
-class ProblemError(ValueError):
+class ProblemError(ArgumentError):
     """A problem that cannot be computed: bad size, dtype, layout or too large. `field`
     names the argument (the CLI prints it as an option: --shape, --dtype, --layout...)."""
-
-    def __init__(self, message: str, field: str = "shape"):
-        super().__init__(message)
-        self.field = field
 
 
 def check_size(name: str, value: object) -> int:
     """Return `value` as an int if it is a whole number >= 1, else raise naming `name`."""
     field = "batch" if name == "batch" else "shape"
     if not is_integer(value):
-        raise ProblemError(f"{name} must be an integer >= 1, got {shown(value)}", field)
+        raise ProblemError(field, f"{name} must be an integer >= 1, got {shown(value)}")
     if value < 1:
-        raise ProblemError(f"{name} must be >= 1, got {shown(value)}", field)
+        raise ProblemError(field, f"{name} must be >= 1, got {shown(value)}")
     if value > 2**31 - 1:
-        raise ProblemError(f"{name} must be < 2**31, got {shown(value)}", field)
+        raise ProblemError(field, f"{name} must be < 2**31, got {shown(value)}")
     return int(value)
 
 
@@ -66,7 +62,7 @@ def check_dtype(dtype: object) -> str:
         if _same_numpy_type(dtype, np_type):
             return name
     raise ProblemError(
-        f"dtype {shown(dtype)} is not supported; supported: {', '.join(DTYPES)}", "dtype"
+        "dtype", f"dtype {shown(dtype)} is not supported; supported: {', '.join(DTYPES)}"
     )
 
 
@@ -74,9 +70,9 @@ def check_layout(layout: object) -> str:
     # a str first: `in` compares an array element-wise and hashes a dict's keys
     if not isinstance(layout, str) or layout not in LAYOUTS:
         raise ProblemError(
+            "layout",
             f"layout {shown(layout, 40)} is not supported; supported: {', '.join(LAYOUTS)} "
             "(A then B; n: as in A @ B, t: stored transposed)",
-            "layout",
         )
     return layout
 
@@ -92,19 +88,19 @@ def check_epilogue(epilogue: object) -> str:
         ops = list(epilogue)
     else:
         raise ProblemError(
-            f"epilogue must be a comma-separated string or a list, got {shown(epilogue, 40)}",
             "epilogue",
+            f"epilogue must be a comma-separated string or a list, got {shown(epilogue, 40)}",
         )
     for op in ops:
         if op not in EPILOGUE_OPS:
             raise ProblemError(
-                f"epilogue operation {shown(op, 40)} is unknown; known: {', '.join(EPILOGUE_OPS)}",
                 "epilogue",
+                f"epilogue operation {shown(op, 40)} is unknown; known: {', '.join(EPILOGUE_OPS)}",
             )
     if len(set(ops)) != len(ops) or len(set(ops) & set(ACTIVATIONS)) > 1:
         raise ProblemError(
-            f"epilogue {shown(epilogue)} repeats an operation or has two activations",
             "epilogue",
+            f"epilogue {shown(epilogue)} repeats an operation or has two activations",
         )
     return ",".join(op for op in EPILOGUE_OPS if op in ops) or "none"
 
@@ -137,18 +133,18 @@ class Problem:
         object.__setattr__(self, "layout", check_layout(self.layout))
         if not isinstance(self.shared_b, bool | np.bool_):
             raise ProblemError(
-                f"shared_b must be True or False, got {shown(self.shared_b, 40)}", "shared_b"
+                "shared_b", f"shared_b must be True or False, got {shown(self.shared_b, 40)}"
             )
         # one B for a batch of one is the plain problem: one name for one problem
         object.__setattr__(self, "shared_b", bool(self.shared_b) and self.batch > 1)
         object.__setattr__(self, "epilogue", check_epilogue(self.epilogue))
         if not isinstance(self.accumulate, str) or self.accumulate not in ACCUMULATE:
             raise ProblemError(
-                f"accumulate {shown(self.accumulate, 40)} is not one of {', '.join(ACCUMULATE)}",
                 "accumulate",
+                f"accumulate {shown(self.accumulate, 40)} is not one of {', '.join(ACCUMULATE)}",
             )
         if self.dtype == "f32" and self.accumulate == "f16":
-            raise ProblemError("accumulate f16 needs dtype f16", "accumulate")
+            raise ProblemError("accumulate", "accumulate f16 needs dtype f16")
         if self.dtype == "f32":  # f32 accumulates in f32: one name for one problem
             object.__setattr__(self, "accumulate", "auto")
 
@@ -270,12 +266,15 @@ def parse_shape(text: str, dtype: str = "f32", **variant) -> Problem:
     match = _SHAPE.fullmatch(text) if isinstance(text, str) else None
     if not match:
         raise ProblemError(
+            "shape",
             f"shape {shown(text)} is not of the form MxNxK (sizes in digits 0-9, no leading "
-            "zeros), e.g. 1024x1024x1024"
+            "zeros), e.g. 1024x1024x1024",
         )
     for name, digits in zip("MNK", match.groups(), strict=True):
         if len(digits) > 12:  # int() refuses texts of over 4300 digits; no size needs 12
-            raise ProblemError(f"{name} must be < 2**31, got a number of {len(digits)} digits")
+            raise ProblemError(
+                "shape", f"{name} must be < 2**31, got a number of {len(digits)} digits"
+            )
     M, N, K = (int(g) for g in match.groups())
     return Problem(M, N, K, dtype, **variant)
 
@@ -306,35 +305,39 @@ def problems_from_file(path, dtype: str = "f32", **variant) -> list[Problem]:
         text = read_limited(path, MAX_PROBLEMS_FILE_BYTES).decode()
         data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except (OSError, ValueError, RecursionError) as error:  # decode errors are ValueErrors
-        raise ProblemError(f"{path}: {str(error)[:200]}") from None
+        raise ProblemError("shape", f"{path}: {str(error)[:200]}") from None
     if isinstance(data, dict) and set(data) == {"problems"}:
         data = data["problems"]
     if not isinstance(data, list) or not data:
-        raise ProblemError(f"{path}: expected a non-empty list of problems (JSON) or [[problems]]")
+        raise ProblemError(
+            "shape", f"{path}: expected a non-empty list of problems (JSON) or [[problems]]"
+        )
     problems = []
     for index, item in enumerate(data):
         where = f"{path}: problem {index + 1}"
         if not isinstance(item, dict):
-            raise ProblemError(f"{where} is not an object/table")
+            raise ProblemError("shape", f"{where} is not an object/table")
         unknown = sorted(set(item) - set(PROBLEM_KEYS))
         if unknown:
-            raise ProblemError(f"{where}: unknown key {unknown[0]!r}; known: {PROBLEM_KEYS}")
+            raise ProblemError(
+                "shape", f"{where}: unknown key {unknown[0]!r}; known: {PROBLEM_KEYS}"
+            )
         if not isinstance(item.get("name", ""), str) or len(item.get("name", "")) > 200:
-            raise ProblemError(f"{where}: name must be a string of at most 200 characters")
+            raise ProblemError("shape", f"{where}: name must be a string of at most 200 characters")
         item_dtype = item.get("dtype", dtype)
         item_variant = variant | {k: item[k] for k in VARIANT_KEYS if k in item}
         try:
             if "shape" in item:
                 if any(k in item for k in "MNK") or not isinstance(item["shape"], str):
-                    raise ProblemError('give either shape = "MxNxK" or M, N and K')
+                    raise ProblemError("shape", 'give either shape = "MxNxK" or M, N and K')
                 problem = parse_shape(item["shape"], item_dtype, **item_variant)
             else:
                 missing = [k for k in "MNK" if k not in item]
                 if missing:
-                    raise ProblemError(f"{', '.join(missing)} missing (or give shape)")
+                    raise ProblemError("shape", f"{', '.join(missing)} missing (or give shape)")
                 problem = Problem(item["M"], item["N"], item["K"], item_dtype, **item_variant)
         except ProblemError as error:
-            raise ProblemError(f"{where}: {error}", error.field) from None
+            raise ProblemError(error.field, f"{where}: {error}") from None
         if problem not in problems:
             problems.append(problem)
     return problems

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import jinja2
 import jinja2.meta
 
 from .data import data_path, extra_template_folders, template_sources
+from .files import read_limited
 from .plan import Plan
 from .problem import Problem
 from .space import Config, load_space
@@ -36,10 +38,27 @@ def jinja_environment() -> jinja2.Environment:
     return _environment_for(tuple(str(f) for f in folders))
 
 
+MAX_TEMPLATE_BYTES = 4 * 2**20  # a template file larger than this is not one of ours
+
+
+class _RegularFileLoader(jinja2.FileSystemLoader):
+    """Jinja's loader, reading as every file autotune reads: regular files only, bounded
+    (a FIFO or /dev/zero among one's own templates is refused, never waited on)."""
+
+    def get_source(self, environment, template):
+        for folder in self.searchpath:
+            path = Path(folder, *jinja2.loaders.split_template_path(template))
+            if os.path.lexists(path):
+                text = read_limited(path, MAX_TEMPLATE_BYTES).decode()
+                mtime = path.stat().st_mtime_ns
+                return text, str(path), lambda p=path, m=mtime: p.stat().st_mtime_ns == m
+        raise jinja2.TemplateNotFound(template)
+
+
 @functools.cache
 def _environment_for(folders: tuple[str, ...]) -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(list(folders)),
+        loader=_RegularFileLoader(list(folders)),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
@@ -61,7 +80,7 @@ def template_hash(template: str) -> str:
     stamps = _stamps(paths)
     digest = hashlib.sha256()
     for path in paths:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+        digest.update(path.name.encode() + b"\0" + read_limited(path, MAX_TEMPLATE_BYTES))
     _hashes[template] = (paths, stamps, digest.hexdigest()[:16])
     return _hashes[template][2]
 
@@ -75,7 +94,8 @@ def _stamps(paths) -> list:
 
 def _included(path) -> list:
     """The template files `path` includes, directly or not, in name order."""
-    environment, found, todo = jinja_environment(), {}, [path.read_text()]
+    environment = jinja_environment()
+    found, todo = {}, [read_limited(path, MAX_TEMPLATE_BYTES).decode()]
     while todo:
         for name in jinja2.meta.find_referenced_templates(environment.parse(todo.pop())):
             if name and name not in found:

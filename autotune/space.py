@@ -33,7 +33,7 @@ import numpy as np
 
 from .data import template_sources
 from .files import read_limited
-from .plan import MAX_PASSES, MAX_WORKSPACES, Plan, make_plan
+from .plan import MAX_PASSES, MAX_WORKSPACES, OPERANDS, Plan, make_plan
 from .problem import Problem, ProblemError
 
 # The one-pass plan of a space without [[passes]] (see autotune/plan.py): entry point,
@@ -203,11 +203,19 @@ class Space:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as error:
             raise SpaceError(f"search space {template!r}: {error}") from None
+        for table, kind in (("params", dict), ("derived", dict), ("constraints", dict),
+                            ("seeds", list), ("passes", list), ("workspaces", list)):  # fmt: skip
+            if not isinstance(data.get(table, kind()), kind):
+                raise SpaceError(f"search space {template!r}: {table} must be a {kind.__name__}")
         params = {}
         for name, values in data.get("params", {}).items():
             if not name.isidentifier() or name in PROBLEM_NAMES:
                 raise SpaceError(f"search space {template!r}: bad parameter name {name!r}")
-            if not values or not all(type(v) in (int, bool) for v in values):
+            if (
+                not isinstance(values, list)
+                or not values
+                or not all(type(v) in (int, bool) for v in values)
+            ):
                 raise SpaceError(f"search space {template!r}: {name} must list integers")
             params[name] = tuple(int(v) for v in values)
         derived = [_rule(n, t) for n, t in data.get("derived", {}).items()]
@@ -222,6 +230,8 @@ class Space:
                 raise SpaceError(f"search space {template!r}: {rule.name} reads {sorted(unknown)}")
             if kind == "derive":
                 known.add(rule.name)
+        if not all(isinstance(seed, dict) for seed in data.get("seeds", [])):
+            raise SpaceError(f"search space {template!r}: each seed must be a table")
         seeds = [dict(s) for s in data.get("seeds", [])]
         for seed in seeds:
             if set(seed) != set(params):
@@ -446,6 +456,9 @@ def _plan_rules(data: dict, template: str, derived: set[str]):
         name = item["name"]
         if not isinstance(name, str) or not name.isidentifier() or not name.isascii():
             raise SpaceError(f"{where}: workspace name {str(name)[:40]!r} is not an identifier")
+        taken = {n for _, n, _ in OPERANDS} | {w.name for w in workspaces}
+        if name in taken:  # buffers are bound by name: one name, one buffer
+            raise SpaceError(f"{where}: workspace name {name!r} is already a buffer's")
         workspaces.append(_rule(name, str(item["bytes"])))
     if len(workspaces) > MAX_WORKSPACES:
         raise SpaceError(f"{where}: at most {MAX_WORKSPACES} workspaces")
@@ -521,18 +534,18 @@ def check_runnable(problem: Problem, limits: Mapping[str, int], templates) -> No
         plain_only = [s.template for s in spaces if not s.variants]
         if not problem.plain and plain_only == [s.template for s in spaces]:
             raise ProblemError(
+                "template",
                 f"{', '.join(plain_only)} compute only the plain problem (f32, nn, one "
                 f"matrix, no epilogue), not {problem}; the variants are blockedx's",
-                "template",
             )
-        raise ProblemError(f"no config of {', '.join(templates)} is valid for {problem}")
+        raise ProblemError("shape", f"no config of {', '.join(templates)} is valid for {problem}")
     what, blamed = problem.shape, "shape"
     one = replace(problem, batch=1, shared_b=False)
     if problem.batch > 1 and any(space.first_config(one, limits) for space in spaces):
         # one matrix would run: the batch is what is too large (workgroups along z)
         what, blamed = f"batch {problem.batch} of {problem.shape}", "batch"
     raise ProblemError(
+        blamed,
         f"{what} is beyond this device's limits for every config of "
         f"{', '.join(templates)}: {'; '.join(broken.values())}",
-        blamed,
     )

@@ -326,7 +326,7 @@ def outcome_of(trial: optuna.trial.FrozenTrial, problem: Problem) -> Outcome | N
         measurement = Measurement.from_dict(attrs["measurement"])
         error = float(attrs.get("error", 0.0))
         compile_s = float(attrs.get("compile_s", 0.0))
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, ArithmeticError):  # 10**400, Infinity
         return None
     if not 0 <= error <= 1:
         return None

@@ -305,10 +305,12 @@ def guarded_inputs(A: np.ndarray, B: np.ndarray, problem: Problem, limit: int):
 _BITS = {4: np.uint32, 2: np.uint16}
 
 
-def guarded_workspace(size: int) -> np.ndarray:
+def guarded_workspace(size: int, limit: int) -> np.ndarray:
     """A workspace's starting contents: NaN in f32 and f16 alike (all bits set), so a pass
-    that reads what no pass wrote gets NaN; then GUARD words of the canary."""
-    words = np.full(size // 4 + GUARD, 0xFFFFFFFF, np.uint32)
+    that reads what no pass wrote gets NaN; then up to GUARD words of the canary, as many
+    as the buffer `limit` leaves room for."""
+    guard = max(0, min(GUARD, (limit - size) // 4))
+    words = np.full(size // 4 + guard, 0xFFFFFFFF, np.uint32)
     words[size // 4 :] = CANARY
     return words
 
@@ -320,7 +322,7 @@ def run_guarded(compiled: Compiled, gpu: Gpu, reference: Reference):
     limit = min(gpu.limits["max-storage-buffer-binding-size"], gpu.limits["max-buffer-size"])
     A, B, C, *bias = reference.guarded(limit)
     arrays = {"A": A, "B": B, "C": C} | ({"bias": bias[0]} if bias else {})
-    arrays |= {w.name: guarded_workspace(w.size) for w in plan.workspaces}
+    arrays |= {w.name: guarded_workspace(w.size, limit) for w in plan.workspaces}
     bound = Bound.make(compiled, gpu, arrays, reference.alpha, reference.beta)
     try:
         bound.run()

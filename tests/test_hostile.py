@@ -233,6 +233,8 @@ def test_shared_study_with_crafted_trials_is_not_trusted():
         {"template": "../../etc/passwd", "params": {"WX": 16}},
         {"template": "naive", "params": {"WX": "{{7*7}}", "WY": 16}},
         {"template": "naive", "params": {"WX": 16, "WY": 16}, "error": 1e308},
+        {"template": "naive", "params": {"WX": 16, "WY": 16}, "error": 10**400},
+        {"template": "naive", "params": {"WX": 16, "WY": 16}, "compile_s": 10**400},
     ):
         trial = optuna.trial.create_trial(
             value=1e-9,

@@ -26,10 +26,11 @@ import autotune
 from autotune import cache
 from autotune.__main__ import main
 from autotune.arguments import ArgumentError
+from autotune.data import data_path
 from autotune.device import versions
 from autotune.export import ExportWarning
 from autotune.files import FileRefused, read_limited
-from autotune.problem import ProblemError, problems_from_file
+from autotune.problem import Problem, ProblemError, problems_from_file
 
 ROOT = Path(__file__).parent.parent
 PROBLEM = autotune.Problem(64, 64, 64)
@@ -360,3 +361,29 @@ def test_export_says_which_files_it_replaces(kernel, tmp_path, capsys):
     assert main(["export", "--shape", "4x4x4", "--out", str(tmp_path)]) == 0
     main(["export", "--shape", "4x4x4", "--out", str(tmp_path)])
     assert "replaced" in capsys.readouterr().out
+
+
+def test_a_template_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path, monkeypatch):
+    """One's own template folder: a FIFO named as a template is refused at once."""
+    from autotune.render import render
+    from autotune.space import Config
+
+    (tmp_path / "mine.toml").write_text((data_path("search_spaces") / "naive.toml").read_text())
+    os.mkfifo(tmp_path / "mine.wgsl.j2")
+    monkeypatch.setenv("AUTOTUNE_TEMPLATE_PATH", str(tmp_path))
+    signal.alarm(30)  # a hang fails the test rather than the run
+    try:
+        with pytest.raises(ValueError, match="FIFO"):
+            render(Config.make("mine", {"WX": 16, "WY": 16}), Problem(8, 8, 8))
+    finally:
+        signal.alarm(0)
+
+
+def test_a_malformed_space_of_one_s_own_is_one_line_naming_template(tmp_path, monkeypatch, capsys):
+    (tmp_path / "bad.toml").write_text("params = 3\n")
+    (tmp_path / "bad.wgsl.j2").write_text("")
+    monkeypatch.setenv("AUTOTUNE_TEMPLATE_PATH", str(tmp_path))
+    argv = ["tune", "--shape", "4x4x4", "--template", "bad", "--cache", str(tmp_path / "c")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("autotune: error: argument --template:") and err.count("\n") == 1

@@ -16,8 +16,8 @@ from autotune.kernel import Kernel
 from autotune.plan import FIRST_WORKSPACE_BINDING, Plan
 from autotune.problem import Problem
 from autotune.render import render
-from autotune.space import Config, load_space
-from autotune.verify import verify
+from autotune.space import Config, Space, SpaceError, load_space
+from autotune.verify import GUARD, guarded_workspace, verify
 
 TWOPASS = Path(__file__).parent / "twopass"
 PROBLEM = Problem(37, 29, 53)  # odd sizes: the halves of K differ (27 and 26)
@@ -83,3 +83,19 @@ def test_tuned_cached_looked_up_and_exported(gpu, halves, tmp_path, served):  # 
         shutil.copy(RUNNER / file, folder / file)
     results = decoded_results(run_in_chromium(f"{base}/runner.html?bundles=halves"))
     assert results["halves"]["ok"] and results["halves"]["errors"] == [], results
+
+
+def test_a_workspace_may_not_take_a_buffer_s_name(halves):
+    text = (TWOPASS / "halves.toml").read_text()
+    for name in ("C", "dims", "bias", "partials"):  # an operand's, or a second "partials"
+        extra = f'\n[[workspaces]]\nname = "{name}"\nbytes = "4"\n'
+        with pytest.raises(SpaceError, match="already a buffer's"):
+            Space.from_toml(text + extra, "halves")
+
+
+def test_workspace_guards_stay_within_the_buffer_limit():
+    """A workspace at the buffer limit gets no guard beyond it (a bigger buffer would be
+    refused by the device, failing a correct kernel)."""
+    assert len(guarded_workspace(4096, 4096 + 64)) == 1024 + 16
+    assert len(guarded_workspace(4096, 4096)) == 1024
+    assert len(guarded_workspace(4096, 2**30)) == 1024 + GUARD

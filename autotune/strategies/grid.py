@@ -20,8 +20,14 @@ class Grid:
 
     def propose(self, study: Study, valid: Sequence[Config]) -> tuple[optuna.Trial, Config]:
         history = study.history()
-        while self._next < len(valid) - 1 and self._taken(valid[self._next], history):
+        while self._next < len(valid) and self._taken(valid[self._next], history):
             self._next += 1
+        if self._next == len(valid):
+            # Every config is measured or was proposed: one that came back taken may have
+            # been given back since (its claim released), so look again from the start.
+            self._next, self._proposed = 0, set()
+            while self._next < len(valid) - 1 and str(valid[self._next]) in history:
+                self._next += 1
         self._proposed.add(str(valid[self._next]))
         return study.ask_for(valid[self._next])  # a new study's seeds come first (queued before)
 
