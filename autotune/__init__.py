@@ -8,8 +8,6 @@ results = autotune.tune_many(problems, timeout=20)  # a list, or a model's repre
 y = autotune.matmul(x, W, bias=b, activation="gelu", trans_b=True)  # f16 too, batched too
 """
 
-__version__ = "0.1.0"  # before the imports: export.py records it
-
 from .device import Gpu, NoAdapterError, get_gpu
 from .evaluate import Evaluator, Outcome, Replay
 from .export import ExportError, export
@@ -18,6 +16,7 @@ from .lookup import lookup, matmul
 from .problem import Problem, ProblemError
 from .space import Config
 from .tune import TuneError, TuneOptions, TuneResult, tune, tune_many
+from .version import __version__ as __version__
 
 __all__ = [
     "Config",

@@ -330,14 +330,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def _tune(args, problems, console: Console) -> int:
     from .model import DEFAULT_RADIUS, choose_representatives
-    from .tune import tune_many
+    from .tune import TuneOptions, tune_many
 
     if args.radius is not None and not args.model:
         raise UsageError("argument --radius: only with --model FILE")
     if args.model and (args.shape or args.shapes_from):
         raise UsageError("argument --model: not with --shape or --shapes-from")
     radius = (DEFAULT_RADIUS if args.radius is None else args.radius) if args.model else None
-    trials = args.trials if args.trials or args.timeout else 30
+    trials = args.trials if args.trials or args.timeout else TuneOptions.trials
     display = _TuneDisplay(console, trials or args.timeout, f"/{trials}" if trials else "")
     display.count = len(problems)
     if radius is not None:  # the plan is shown once every argument is known to be good

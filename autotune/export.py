@@ -17,7 +17,6 @@ import secrets
 import warnings
 from pathlib import Path
 
-from . import __version__ as autotune_version
 from .arguments import ArgumentError, check_folder
 from .cache import today
 from .compile import CompileError, compile_shader
@@ -26,6 +25,7 @@ from .kernel import Kernel
 from .plan import uniform_layout
 from .render import jinja_environment
 from .verify import verify
+from .version import __version__ as autotune_version
 
 FORMAT = 2  # 2: `passes` and `buffers` (launch plans), workspaces allocated by createGemm
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,99}")  # fullmatch: `$` passes "x\n"

@@ -10,8 +10,8 @@ The device (adapter fingerprint), the wgpu versions and the file format name the
 file itself (cache.device_file_name). The kernel identity is a hash of the WGSL the
 config renders for the problem, its launch plan and the space's version: a template
 refactor that renders the same kernel keeps its entries, any change to the kernel
-makes them stale (never served). Entries of one problem, mode and space compete for one
-slot (the key without the identity): the fastest stays.
+makes them stale (never served). Entries of one template, problem, mode and space
+compete for one slot (the key without the identity): the fastest stays.
 """
 
 from __future__ import annotations

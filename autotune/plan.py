@@ -28,6 +28,7 @@ templates/_bindings*.wgsl.j2, the one place WGSL text lives.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
@@ -111,6 +112,14 @@ class Plan:
     @property
     def workspaces(self) -> tuple[Binding, ...]:
         return tuple(b for b in self.bindings if b.workspace)
+
+    def text(self) -> str:
+        """The plan's values as canonical JSON (part of the kernel identity): the same
+        plan gives the same text whatever the classes' field names."""
+        passes = [[p.entry_point, list(p.workgroup_size), list(p.grid)] for p in self.passes]
+        bindings = [[b.number, b.name, b.kind, b.size, b.workspace] for b in self.bindings]
+        values = [passes, bindings, self.workgroup_storage, self.vector_width]
+        return json.dumps(values, separators=(",", ":"))
 
     def binding(self, name: str) -> Binding:
         return next(b for b in self.bindings if b.name == name)

@@ -137,6 +137,6 @@ def _kernel_id(config: Config, problem: Problem, sources: str) -> str:
     # template is rendered again
     shader = render(config, problem)
     digest = hashlib.sha256()
-    for part in (shader.wgsl, repr(shader.plan), str(load_space(config.template).version)):
+    for part in (shader.wgsl, shader.plan.text(), str(load_space(config.template).version)):
         digest.update(part.encode() + b"\0")
     return digest.hexdigest()[:16]

@@ -10,6 +10,7 @@ or a model's representatives (autotune.model), with every argument checked first
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from .arguments import (
 )
 from .data import BUILT_IN
 from .device import Gpu, get_gpu, portable_limits, versions
-from .evaluate import Outcome, reference_seed
+from .evaluate import Evaluator, Outcome, reference_seed
 from .kernel import check_fits
 from .model import choose_representatives
 from .problem import VARIANT_KEYS, Problem
@@ -73,6 +74,9 @@ class TuneOptions:
     portable: bool = False  # only configs within WebGPU's default limits (for export)
     candidate_timeout: float = CANDIDATE_S  # seconds a candidate may take, compile to time
     compile_ahead: int | None = None  # candidates compiled while one is timed (None: auto)
+    # How candidates are measured: makes the Evaluator of each problem (None: a Worker
+    # process on `gpu`); a timing backend of one's own, or a Replay of a recording.
+    evaluator: Callable[[Problem], Evaluator] | None = None
 
     @classmethod
     def checked(cls, **options) -> TuneOptions:
@@ -83,10 +87,10 @@ class TuneOptions:
             raise TuneError(
                 "gpu", f"gpu must be an autotune.Gpu or None, got {type(o.gpu).__name__}"
             )
-        if o.on_trial is not None and not callable(o.on_trial):
-            raise TuneError(
-                "on_trial", f"on_trial must be callable or None, got {shown(o.on_trial)}"
-            )
+        for name in ("on_trial", "evaluator"):
+            if getattr(o, name) is not None and not callable(getattr(o, name)):
+                value = shown(getattr(o, name))
+                raise TuneError(name, f"{name} must be callable or None, got {value}")
         if not isinstance(o.sampler, str) or o.sampler not in SAMPLERS:
             known = ", ".join(SAMPLERS)
             raise TuneError("sampler", f"sampler {shown(o.sampler)} is unknown; known: {known}")
@@ -104,6 +108,7 @@ class TuneOptions:
             portable=check_flag("portable", o.portable, TuneError),
             candidate_timeout=check_seconds("candidate_timeout", o.candidate_timeout, TuneError),
             compile_ahead=check_count("compile_ahead", o.compile_ahead, 4, TuneError),
+            evaluator=o.evaluator,
         )
 
 
@@ -166,10 +171,10 @@ def check_budget(trials: object, timeout: object) -> tuple[int | None, float | N
     return (None if trials is None else int(trials)), timeout
 
 
-def baseline(problem: Problem, gpu: Gpu, worker: Worker) -> Outcome | None:
-    """The tutorial tiled 16x16 kernel, measured like any candidate (in the worker)."""
+def baseline(problem: Problem, gpu: Gpu, evaluator: Evaluator) -> Outcome | None:
+    """The tutorial tiled 16x16 kernel, measured like any candidate."""
     seeds = load_space(BASELINE_TEMPLATE).seed_configs(problem, gpu.limits)
-    return worker.evaluate(seeds[0]) if seeds else None
+    return evaluator.evaluate(seeds[0]) if seeds else None
 
 
 def tune(M: int, N: int, K: int, dtype: str = "f32", **options) -> TuneResult:
@@ -247,10 +252,9 @@ def tune_problem(problem: Problem, options: TuneOptions) -> TuneResult:
         o.cache_dir or cache.default_cache_dir(), gpu.fingerprint.as_dict(), versions()
     )
     store.check_writable()  # a lock that cannot be taken fails now, not after a trial
-    with Worker(gpu.fingerprint.as_dict(), candidate_timeout=o.candidate_timeout) as worker:
-        # one float64 reference, in the worker, for the baseline and the search
-        worker.prepare(problem, reference_seed(o.seed), o.checks)
-        keeper = _Keeper(problem, o, store, baseline(problem, gpu, worker))
+    with contextlib.ExitStack() as stack:
+        evaluator = _evaluator(problem, o, gpu, stack)
+        keeper = _Keeper(problem, o, store, baseline(problem, gpu, evaluator))
         result = search(
             problem,
             gpu,
@@ -263,16 +267,31 @@ def tune_problem(problem: Problem, options: TuneOptions) -> TuneResult:
             seed=o.seed,
             on_trial=keeper.on_trial,
             limits=limits,
-            evaluator=worker,
+            evaluator=evaluator,
             compile_ahead=o.compile_ahead,
         )
         if len(result.finalists) > 1:
-            result.best = worker.retime(result.finalists) or result.best
+            result.best = evaluator.retime(result.finalists) or result.best
         entry = keeper.keep(result)
     from .lookup import forget  # the in-process lookup memo must see the new entry
 
     forget()
     return TuneResult(problem, o.checks, entry, result, keeper.baseline, store.path)
+
+
+def _evaluator(problem: Problem, o: TuneOptions, gpu: Gpu, stack) -> Evaluator:
+    """The options' evaluator for `problem`, or a Worker holding one float64 reference
+    (for the baseline and the search); closed with `stack`."""
+    if o.evaluator is not None:
+        evaluator = o.evaluator(problem)
+        if isinstance(evaluator, contextlib.AbstractContextManager):
+            stack.enter_context(evaluator)
+        return evaluator
+    worker = stack.enter_context(
+        Worker(gpu.fingerprint.as_dict(), candidate_timeout=o.candidate_timeout)
+    )
+    worker.prepare(problem, reference_seed(o.seed), o.checks)
+    return worker
 
 
 class _Keeper:

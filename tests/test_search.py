@@ -435,3 +435,35 @@ def test_the_second_look_returns_the_fastest_finalist_not_the_first(gpu, faulty_
         assert best is not None and best.config == fast
         slow_s = worker.evaluate(slow).measurement.median_s
     assert best.ok and best.measurement.median_s < slow_s / 10
+
+
+def test_tune_measures_through_the_evaluator_it_is_given(gpu, tmp_path):
+    """A timing backend of one's own is one class: here a Replay of made-up times, which
+    tune uses for the baseline, the search and the second look (no worker is started)."""
+    from autotune.evaluate import Outcome, Replay
+    from autotune.measure import Measurement
+
+    def recorded(config):  # the baseline (tiled) is slow; naive: small WX, large WY fastest
+        s = 1e-3 * config["WX"] / config["WY"] if config.template == "naive" else 1.0
+        return Outcome(config, Measurement(s, s, s, "timestamp", 1, 1, s), error=0.0)
+
+    replays = []
+
+    def make(problem):
+        replays.append(Replay(recorded))
+        return replays[-1]
+
+    result = autotune.tune(
+        64, 64, 64, templates=["naive"], trials=12, sampler="random", seed=0,
+        cache_dir=tmp_path, gpu=gpu, evaluator=make,
+    )  # fmt: skip
+    (replay,) = replays
+    assert replay.evaluated[0].template == "tiled"  # the baseline, then the search
+    searched = [c for c in replay.evaluated if c.template == "naive"]
+    measured = {str(c): recorded(c).measurement.median_s for c in searched}
+    assert (
+        len(measured) == 12
+        and result.baseline.measurement.median_s == 1.0
+        and result.entry.median_s == min(measured.values())
+    )
+    assert str(result.entry.config) == min(measured, key=measured.get)
