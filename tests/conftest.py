@@ -1,7 +1,7 @@
 """Shared fixtures: one GPU for the whole test run, skipped cleanly where no adapter exists.
 
 Property-based tests (tests/test_fuzz.py) run a bounded number of examples by default, as
-in CI; HYPOTHESIS_PROFILE=long runs many more for a local fuzzing session:
+in CI; HYPOTHESIS_PROFILE=long runs many more for a longer local fuzzing run:
 
     HYPOTHESIS_PROFILE=long python -m pytest tests/test_fuzz.py
 """
