@@ -26,7 +26,9 @@ def test_timestamps_agree_with_wall_clock(gpu, known_kernel):
         pytest.skip("adapter has no timestamp-query")
     m = measure(known_kernel, gpu, min_pass_s=0.02, passes=5)
     assert m.method == "timestamp"
-    assert m.repeats * m.median_s >= 0.015  # the pass was sized to >= min_pass_s
+    # the pass was sized to min_pass_s from an earlier, colder dispatch: the warm ones can
+    # be faster, but a pass of one dispatch where 0.02 s needed several would be far short
+    assert m.repeats * m.median_s >= 0.01
     # The stated bound: per dispatch, the wall clock (submit to done, including
     # submission overhead) is within 0.8x-1.5x of the GPU's own timestamps.
     assert 0.8 * m.median_s <= m.wall_median_s <= 1.5 * m.median_s, m
