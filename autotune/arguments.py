@@ -38,6 +38,14 @@ def is_number(value: object) -> bool:
     )
 
 
+def as_float(value: int | float) -> float:
+    """A number as a float; an int beyond any float is infinite (float() raises there)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def is_integer(value: object) -> bool:
     return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
 
@@ -67,13 +75,8 @@ def check_count(field: str, value: object, most: int, error=ArgumentError) -> in
 
 def check_seconds(field: str, value: object, error=ArgumentError) -> float:
     """A finite number of seconds > 0 (an int too large for a float is not finite)."""
-    if is_number(value):
-        try:
-            seconds = float(value)
-        except OverflowError:
-            seconds = math.inf
-        if 0 < seconds < math.inf:
-            return seconds
+    if is_number(value) and 0 < as_float(value) < math.inf:
+        return as_float(value)
     raise error(field, f"{field} must be a number of seconds > 0, got {shown(value)}")
 
 

@@ -21,7 +21,6 @@ import json
 import os
 import re
 import socket
-import tempfile
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -33,7 +32,7 @@ import platformdirs
 from .arguments import ArgumentError, check_folder, shown
 from .data import data_path, in_checkout
 from .evaluate import REASONS
-from .files import FileRefused, read_limited
+from .files import FileRefused, read_limited, write_whole
 from .key import Key
 from .measure import METHODS
 from .problem import Problem
@@ -336,18 +335,9 @@ class DeviceCache:
             temp.unlink(missing_ok=True)
 
     def _write_atomic(self, data: dict) -> None:
-        handle, temp = tempfile.mkstemp(dir=self.folder, prefix=self.path.name, suffix=".tmp")
-        try:
-            with os.fdopen(handle, "w") as file:
-                json.dump(data, file, indent=1)
-                file.flush()
-                os.fsync(file.fileno())
-            self._replace(temp)
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
+        write_whole(self.path, json.dumps(data, indent=1), commit=self._replace)
 
-    def _replace(self, temp: str) -> None:
+    def _replace(self, temp: Path) -> None:
         """The written temp file becomes the cache file, whole or not at all."""
         os.replace(temp, self.path)
 

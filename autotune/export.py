@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
-import secrets
 import warnings
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from .arguments import ArgumentError, check_folder
 from .cache import today
 from .compile import CompileError, compile_shader
 from .device import WEBGPU_DEFAULT_LIMITS, versions
+from .files import write_whole
 from .kernel import Kernel
 from .plan import uniform_layout
 from .render import jinja_environment
@@ -260,14 +259,7 @@ def _write_bundle(out: Path, name: str, texts: dict[str, str]) -> dict[str, Path
                 )
             replaced += [path] if path.exists() else []
         for kind, path in paths.items():
-            temp = out / f".{path.name}.{secrets.token_hex(6)}.tmp"
-            try:  # (O_EXCL: never through a link; 0o666 less the umask, as write_text)
-                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-                with open(os.open(temp, flags, 0o666), "w", encoding="utf-8") as file:
-                    file.write(texts[kind])
-                os.replace(temp, path)
-            finally:
-                temp.unlink(missing_ok=True)
+            write_whole(path, texts[kind])
     except OSError as error:
         raise ExportError("out_dir", f"out_dir {str(out)!r} cannot be written: {error}") from None
     if replaced:

@@ -1,4 +1,4 @@
-"""Reading the files a user points us at: regular files only, and never more than a limit.
+"""Files: read only regular files, never more than a limit; write each file whole.
 
 Cache files, --shapes-from and --model files and cache merge inputs all come through
 `read_limited`. A size check by path bounds nothing: `stat().st_size` is 0 for
@@ -11,7 +11,9 @@ with no writer would block the open itself), is checked again on the open descri
 from __future__ import annotations
 
 import os
+import secrets
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 _KINDS = {
@@ -49,3 +51,20 @@ def read_limited(path: str | os.PathLike, limit: int) -> bytes:
     if len(data) > limit:
         raise FileRefused(f"larger than {limit} bytes")
     return data
+
+
+def write_whole(path: Path, text: str, commit: Callable[[Path], None] | None = None) -> None:
+    """Write `text` to `path` whole or not at all: into a new temp file beside it, named
+    `<name>.<random>.tmp` and created exclusively (never through a link; mode 0o666 less
+    the umask), flushed to disk, then renamed over `path` by `commit(temp)` (default:
+    os.replace). A temp file left by a kill is its writer's to clean up."""
+    temp = path.with_name(f"{path.name}.{secrets.token_hex(6)}.tmp")
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+        with open(os.open(temp, flags, 0o666), "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        commit(temp) if commit else os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import wgpu
 
-from .arguments import ArgumentError, check_flag, is_number, shown
+from .arguments import ArgumentError, as_float, check_flag, is_number, shown
 from .compile import Compiled, compile_shader
 from .device import Gpu, get_gpu
 from .plan import uniform_layout
@@ -45,13 +45,10 @@ def check_scalar(name: str, value: object) -> float:
     and within f32's range."""
     if not is_number(value):
         raise ProblemError(name, f"{name} must be a number, got {shown(value, 40)}")
-    try:
-        number = float(value)
-    except OverflowError:  # an int beyond any float
-        number = None
-    if number is not None and not math.isfinite(number):
+    number = as_float(value)
+    if math.isnan(number) or (math.isinf(number) and isinstance(value, float | np.floating)):
         raise ProblemError(name, f"{name} must be finite, got {shown(value, 40)}")
-    if number is None or abs(number) > F32_MAX:
+    if abs(number) > F32_MAX:  # an int beyond any float too
         raise ProblemError(
             name,
             f"{name} must be within f32's range (|{name}| <= {F32_MAX:.4g}), "

@@ -218,10 +218,9 @@ class Study:
     def _fail_interrupted(self) -> None:
         """Trials left RUNNING by a killed process of this machine: failed, as interrupted
         (not counted as measured), so their configs can be measured again."""
-        host = socket.gethostname()
         for trial in self.optuna.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            name, _, pid = str(trial.user_attrs.get("worker", "")).rpartition(":")
-            if name == host and pid.isdigit() and not _alive(int(pid)):
+            pid = _holder(trial)  # (this process's own: left by an earlier search of it)
+            if pid is not None and not _alive(pid):
                 _owned(self.optuna.tell, trial.number, state=TrialState.FAIL, skip_if_finished=True)
 
     # --- results ----------------------------------------------------------------------
@@ -272,10 +271,15 @@ def _counts(trial: optuna.trial.FrozenTrial) -> bool:
         TrialState.RUNNING,
     ):
         return False
+    pid = _holder(trial)
+    return trial.state != TrialState.RUNNING or pid in (None, os.getpid()) or _alive(pid)
+
+
+def _holder(trial: optuna.trial.FrozenTrial) -> int | None:
+    """The pid of the process of this machine that claimed `trial` (its "worker" is
+    host:pid); None for another machine's, whose processes cannot be seen from here."""
     name, _, pid = str(trial.user_attrs.get("worker", "")).rpartition(":")
-    if trial.state != TrialState.RUNNING or name != socket.gethostname() or not pid.isdigit():
-        return True
-    return int(pid) == os.getpid() or _alive(int(pid))
+    return int(pid) if name == socket.gethostname() and pid.isdigit() else None
 
 
 def _owned(write, *args, **kwargs) -> bool:

@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
 _replace = cache.DeviceCache._replace
 
 
-def _replace_with_pause(self, temp: str) -> None:
+def _replace_with_pause(self, temp) -> None:
     pause(planned("cache-write"))  # killed right here: the temp file is written, not in place
     _replace(self, temp)
 
