@@ -175,7 +175,7 @@ def _tune_parser(commands) -> None:
         metavar="FILE",
         help="a model's problems (same format as --shapes-from): only representatives are "
         "tuned, each standing for the problems of its variant within --radius; lookup "
-        "serves the others with the nearest tuned shape's kernel",
+        "serves the others from the tuned shapes' kernels, ranked and timed at the shape",
     )
     tune.add_argument(
         "--radius",
@@ -215,6 +215,13 @@ def _lookup_and_export_parsers(commands) -> None:
     _shape_options(lookup, many=False)
     lookup.add_argument("--json", action="store_true", help="print JSON instead of text")
     lookup.add_argument("--wgsl", action="store_true", help="print the kernel's WGSL")
+    lookup.add_argument(
+        "--no-estimate",
+        dest="estimate",
+        action="store_false",
+        help="for a shape not in the cache, serve the best ranked config without timing "
+        "the best few here (about 2 s) and caching the fastest as estimated",
+    )
 
     export = commands.add_parser(
         "export", help="write NAME.wgsl, NAME.json (manifest) and NAME.js for each shape"
@@ -445,7 +452,7 @@ class _TuneDisplay:
 
 
 def _plan(assignments, radius: float) -> Table:
-    table = Table(caption="lookup serves the others with the nearest tuned shape's kernel")
+    table = Table(caption="lookup serves the others from the tuned kernels, timed at each shape")
     for column in ("problem", "tuned as", "distance"):
         table.add_column(column, overflow="fold")
     for a in assignments:
@@ -496,7 +503,12 @@ def _lookup(args, problems, console: Console) -> int:
 
     problem = problems[0]
     try:
-        kernel = lookup(**problem.arguments, checks=args.checks == "on", cache_dir=args.cache)
+        kernel = lookup(
+            **problem.arguments,
+            checks=args.checks == "on",
+            cache_dir=args.cache,
+            estimate=args.estimate,
+        )
     except ProblemError as error:
         raise UsageError(f"argument {_option(error.field)}: {error}") from None
     entry = kernel.entry

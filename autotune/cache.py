@@ -94,6 +94,9 @@ class Entry:
     tuning_s: float = 0.0
     date: str = ""
     origin: str = ""  # where it was measured: the tuning machine's host name, or a file
+    # Chosen by lookup among a few configs timed at this shape, not searched. Lookup
+    # serves the problem's fastest entry, tuned or estimated.
+    estimated: bool = False
 
     @property
     def config(self) -> Config:
@@ -148,6 +151,9 @@ class Entry:
         date = data.get("date", "")
         if not isinstance(date, str) or not _DATE.fullmatch(date):
             raise ValueError("date must be empty or YYYY-MM-DDTHH:MM:SSZ")
+        estimated = data.get("estimated", False)
+        if type(estimated) is not bool:
+            raise ValueError("estimated must be true or false")
         origin = data.get("origin", "")
         if not isinstance(origin, str) or not _ORIGIN.fullmatch(origin):
             raise ValueError("origin must be up to 200 letters, digits and . _ : @ / -")
@@ -160,6 +166,7 @@ class Entry:
             trials=trials,
             date=date,
             origin=origin,
+            estimated=estimated,
             **numbers,
         )
 

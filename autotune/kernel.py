@@ -20,7 +20,9 @@ from .problem import Problem, ProblemError, check_dtype
 from .render import Shader, render
 from .space import Config
 
-SOURCES = ("exact", "nearest", "default")  # where a Kernel's config came from
+# Where a Kernel's config came from (see Kernel): tuned for the shape; timed at it by
+# lookup among a few ranked configs; ranked, not timed; a sound untuned config.
+SOURCES = ("exact", "estimated", "predicted", "default")
 
 
 def _array(name: str, value: object, ndims: tuple[int, ...]) -> np.ndarray:
@@ -286,8 +288,10 @@ def dispatch(
 class Kernel:
     """A GEMM kernel for one problem on one device: WGSL text, config, and a callable.
 
-    `source` says where the config came from: "exact" (tuned for this shape), "nearest"
-    (tuned for a nearby shape on this device) or "default" (a sound untuned config).
+    `source` says where the config came from: "exact" (tuned for this shape),
+    "estimated" (the fastest of a few configs lookup timed at this shape, ranked by
+    predicted time from this device's cache), "predicted" (ranked so, verified, not
+    timed) or "default" (a sound untuned config).
     """
 
     def __init__(

@@ -1,27 +1,37 @@
 """Lookup: the best known kernel for a problem on this device, and `matmul`.
 
-Order: the user's cache, the shipped cache/, the nearest tuned shape on this device
-(re-verified at the new shape before it is handed out), a sound default config (also
-verified at this shape first). Exact entries were verified at their shape when tuned.
+Order: an entry for this exact problem in the user's cache, then in the shipped cache/
+(tuned there, or estimated by an earlier lookup); else the configs this device's cache
+measured at other shapes and each family's known-good configs, ranked by predicted time
+at this shape (autotune.predict), the best few verified and timed here within a small
+budget, the fastest kept in the user's cache marked `estimated`, so the next call is
+instant; a sound default config last. Every config not tuned for this exact problem is
+verified at it before it is handed out.
 """
 
 from __future__ import annotations
 
 import functools
+import time
 from pathlib import Path
 
 import numpy as np
 
-from . import cache
+from . import cache, predict
 from .arguments import ArgumentError, check_flag, check_folder
 from .compile import CompileError, compile_shader
 from .data import BUILT_IN
 from .device import Gpu, get_gpu, portable_limits, versions
 from .kernel import Kernel, check_fits, check_operands
-from .problem import Problem, ProblemError, shape_distance
+from .key import Key
+from .measure import measure
+from .problem import Problem, ProblemError
 from .render import render
 from .space import Config, check_runnable, load_space
-from .verify import Reference, verify
+from .verify import Reference, Verdict, verify
+
+ESTIMATE_S = 2.0  # what choosing among ranked configs at a new shape may take, about
+SHORTLIST = 4  # ranked configs timed at a new shape
 
 
 def _stores(gpu: Gpu, cache_dir) -> list[cache.DeviceCache]:
@@ -40,34 +50,97 @@ def _fits(limits: dict, problem: Problem):
 
 
 def _verified(problem, config: Config, source, checks, gpu, reference, entry=None):
-    """A Kernel of `config` if it compiles and verifies at `problem` on this device."""
+    """(a Kernel of `config`, its verdict) if it compiles and verifies at `problem` on
+    this device, else None."""
     try:
         compiled = compile_shader(render(config, problem), gpu, checks=checks)
     except CompileError:
         return None
-    if not verify(compiled, gpu, reference=reference).ok:
+    verdict = verify(compiled, gpu, reference=reference)
+    if not verdict.ok:
         return None
     kernel = Kernel(problem, config, source, checks=checks, gpu=gpu, entry=entry)
     kernel._compiled = compiled
-    return kernel
+    return kernel, verdict
 
 
-def _nearest(problem, checks, stores, gpu, limits, reference) -> Kernel | None:
-    fits = _fits(limits, problem)  # e.g. vec4 loads need N % 4 == 0
+def _ranked(problem, checks, stores, gpu, limits) -> list[predict.Candidate]:
+    """Every config this device's caches measured (at any shape, in this mode) and each
+    family's known-good configs, valid at `problem`, fastest predicted first."""
+    fits = _fits(limits, problem)
     variants = {p.variant for p in problem.answered_by}
-    candidates = []
-    for store in stores:
-        for entry in store.entries().values():
-            key = entry.key
-            if key.checks == checks and key.problem.variant in variants:
-                if fits(entry):
-                    candidates.append((shape_distance(key.problem, problem), entry.median_s, entry))
-    for _, _, entry in sorted(candidates, key=lambda c: c[:2]):
-        # tuned for another shape: verified at this one before it is handed out
-        kernel = _verified(problem, entry.config, "nearest", checks, gpu, reference, entry)
-        if kernel is not None:
-            return kernel
+    measured = [e for store in stores for e in store.entries().values() if cache.is_current(e)]
+    usable = [
+        e
+        for e in measured
+        if e.key.checks == checks and e.key.problem.variant in variants and fits(e)
+    ]
+    seeds = [c for t in BUILT_IN for c in load_space(t).seed_configs(problem, limits)]
+    units = predict.compute_units(gpu.fingerprint.device)
+    return predict.ranked(problem, usable, seeds, units, predict.Roof.of(measured))
+
+
+def _first_verified(candidates, problem, checks, gpu, reference) -> Kernel | None:
+    for candidate in candidates:
+        found = _verified(problem, candidate.config, "predicted", checks, gpu, reference)
+        if found is not None:
+            return found[0]
     return None
+
+
+def _timed(candidates, problem, checks, gpu, reference, budget_s) -> list[tuple]:
+    """(seconds, kernel, verdict) for the shortlist's configs that verify, each timed
+    here; at least one verified config is timed, the others while the budget lasts."""
+    deadline = time.monotonic() + budget_s
+    timed = []
+    for candidate in predict.shortlist(candidates, SHORTLIST):
+        if timed and time.monotonic() > deadline:
+            break
+        found = _verified(problem, candidate.config, "estimated", checks, gpu, reference)
+        if found is not None:
+            kernel, verdict = found
+            seconds = measure(kernel._compiled, gpu, min_pass_s=0.002, passes=3)
+            timed.append((seconds, kernel, verdict))
+    return timed
+
+
+def _estimated_entry(problem, kernel, measurement, verdict: Verdict, portable, spent_s):
+    return cache.Entry(
+        key=Key.of(problem, kernel.config, kernel.checks, portable),
+        params=kernel.config.as_dict(),
+        median_s=measurement.median_s,
+        p20_s=measurement.p20_s,
+        p80_s=measurement.p80_s,
+        method=measurement.method,
+        gflops=measurement.gflops(problem.flops),
+        error=verdict.error,
+        tuning_s=spent_s,
+        date=cache.today(),
+        origin=cache.this_machine(),
+        estimated=True,
+    )
+
+
+def _estimate(problem, checks, stores, gpu, limits, reference, portable, budget_s):
+    """The ranked configs' best at `problem`: timed within `budget_s` and cached (a
+    budget of 0: the first that verifies, untimed)."""
+    started = time.monotonic()
+    ranked = _ranked(problem, checks, stores, gpu, limits)
+    if budget_s <= 0:
+        return _first_verified(ranked, problem, checks, gpu, reference)
+    timed = _timed(ranked, problem, checks, gpu, reference, budget_s)
+    if not timed:  # none of the shortlist computes it correctly here: the rest, in order
+        return _first_verified(ranked[SHORTLIST:], problem, checks, gpu, reference)
+    measurement, kernel, verdict = min(timed, key=lambda t: t[0].median_s)
+    entry = _estimated_entry(
+        problem, kernel, measurement, verdict, portable, time.monotonic() - started
+    )
+    try:
+        stores[0].put(entry)
+    except (OSError, cache.CacheError) as error:  # served all the same, chosen again next time
+        cache.warn_once(f"{stores[0].path}: estimated kernel not kept: {error}")
+    kernel.entry = entry
+    return kernel
 
 
 def default_kernel(
@@ -87,27 +160,32 @@ def default_kernel(
     configs = [c for space in spaces for c in space.seed_configs(problem, limits)]
     configs += [space.first_config(problem, limits) for space in spaces]
     for config in dict.fromkeys(c for c in configs if c is not None):
-        kernel = _verified(problem, config, "default", checks, gpu, reference)
-        if kernel is not None:
-            return kernel
+        found = _verified(problem, config, "default", checks, gpu, reference)
+        if found is not None:
+            return found[0]
     raise ProblemError("shape", f"no default kernel computes {problem} correctly on this device")
 
 
 @functools.lru_cache(maxsize=256)
 def _lookup(
-    problem: Problem, checks: bool, cache_dir: str | None, gpu: Gpu, portable: bool
+    problem: Problem,
+    checks: bool,
+    cache_dir: str | None,
+    gpu: Gpu,
+    portable: bool,
+    estimate_s: float,
 ) -> Kernel:
     limits = portable_limits(gpu.limits) if portable else gpu.limits
     stores = _stores(gpu, cache_dir)
     for store in stores:
         entry = store.best(problem, checks, accept=_fits(limits, problem))
         if entry is not None:
-            return Kernel(problem, entry.config, "exact", checks=checks, gpu=gpu, entry=entry)
+            source = "estimated" if entry.estimated else "exact"
+            return Kernel(problem, entry.config, source, checks=checks, gpu=gpu, entry=entry)
     check_runnable(problem, limits, BUILT_IN)
     reference = Reference(problem)  # one set of data for every kernel tried below
-    return _nearest(problem, checks, stores, gpu, limits, reference) or default_kernel(
-        problem, gpu, checks, limits, reference
-    )
+    estimated = _estimate(problem, checks, stores, gpu, limits, reference, portable, estimate_s)
+    return estimated or default_kernel(problem, gpu, checks, limits, reference)
 
 
 def forget() -> None:
@@ -130,29 +208,35 @@ def lookup(
     cache_dir: str | Path | None = None,
     gpu: Gpu | None = None,
     portable: bool = False,
+    estimate: bool = True,
 ) -> Kernel:
     """The best known kernel for C = A @ B with A of M x K and B of K x N, on this device.
 
     The variant (see autotune.Problem): `layout` "nn", "nt" (B stored N x K), "tn", "tt";
     `batch` matrices per operand (`shared_b`: one B for all); `epilogue`, e.g.
     "bias,gelu" or "alpha,beta,bias,relu"; `accumulate` (f16) "auto", "f32" or "f16".
-    `kernel.source` is "exact", "nearest" or
-    "default"; call it with NumPy arrays. `portable` keeps to configs within WebGPU's
-    default limits (for export).
+    `portable` keeps to configs within WebGPU's default limits (for export).
+
+    Without an entry for this problem, the configs ranked fastest by predicted time are
+    timed here (about ESTIMATE_S seconds) and the fastest is cached as `estimated`;
+    `estimate=False` serves the first ranked config that verifies, untimed ("predicted").
+    `kernel.source` says which ("exact", "estimated", "predicted", "default"; see
+    autotune.Kernel); call the kernel with NumPy arrays.
     """
     problem = Problem(M, N, K, dtype, layout, batch, shared_b, epilogue, accumulate)
     checks, portable = check_flag("checks", checks), check_flag("portable", portable)
+    estimate_s = ESTIMATE_S if check_flag("estimate", estimate) else 0.0
     check_folder("cache_dir", cache_dir, writable=False)
     if gpu is not None and not isinstance(gpu, Gpu):
         raise ArgumentError("gpu", f"gpu must be an autotune.Gpu or None, got {type(gpu).__name__}")
     gpu = gpu or get_gpu()
     check_fits(problem, gpu, portable_limits(gpu.limits) if portable else None)
     folder = str(cache_dir) if cache_dir else None
-    kernel = _lookup(problem, bool(checks), folder, gpu, bool(portable))
+    kernel = _lookup(problem, bool(checks), folder, gpu, bool(portable), estimate_s)
     if kernel.entry is not None and not cache.is_current(kernel.entry):
         # its template changed since it was looked up: never served, look again
         forget()
-        kernel = _lookup(problem, bool(checks), folder, gpu, bool(portable))
+        kernel = _lookup(problem, bool(checks), folder, gpu, bool(portable), estimate_s)
     return kernel
 
 

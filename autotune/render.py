@@ -20,7 +20,7 @@ from .data import data_path, extra_template_folders, template_sources
 from .files import read_limited
 from .plan import Plan
 from .problem import Problem
-from .space import Config, load_space
+from .space import Config, load_space, space_files
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def template_hash(template: str) -> str:
     memo = _hashes.get(template)
     if memo is not None and memo[0][:2] == [wgsl, space] and memo[1] == _stamps(memo[0]):
         return memo[2]
-    paths = [wgsl, space, *_included(wgsl)]
+    paths = [wgsl, *space_files(template), *_included(wgsl)]
     stamps = _stamps(paths)
     digest = hashlib.sha256()
     for path in paths:

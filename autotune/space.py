@@ -199,10 +199,7 @@ class Space:
 
     @classmethod
     def from_toml(cls, text: str, template: str) -> Space:
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as error:
-            raise SpaceError(f"search space {template!r}: {error}") from None
+        data = _extended(_parsed(text, template), template)
         for table, kind in (("params", dict), ("derived", dict), ("constraints", dict),
                             ("seeds", list), ("passes", list), ("workspaces", list)):  # fmt: skip
             if not isinstance(data.get(table, kind()), kind):
@@ -403,6 +400,75 @@ class Space:
         return [c for c in seeds if self.why_invalid(c, problem, limits) is None]
 
 
+def _parsed(text: str, template: str) -> dict:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise SpaceError(f"search space {template!r}: {error}") from None
+
+
+# What a space that `extends` another takes from it: these tables, its own entries
+# added after the base's (or replacing them by name); the rest (seeds, plan, variants,
+# version, description) is its own.
+INHERITED = ("params", "derived", "constraints")
+
+
+def _extended(data: dict, template: str) -> dict:
+    """`data` with the space it extends merged in (one level: the base extends nothing).
+    `drop` lists constraints of the base the extension does not keep."""
+    base_name = data.get("extends")
+    if base_name is None:
+        return data
+    if base_name == template or not isinstance(base_name, str):
+        raise SpaceError(f"search space {template!r}: extends {str(base_name)[:40]!r}")
+    base = _parsed(_space_text(base_name), base_name)
+    if "extends" in base:
+        raise SpaceError(f"search space {template!r}: its base {base_name!r} extends another")
+    merged = dict(data)
+    for table in INHERITED:
+        own = data.get(table, {})
+        if not isinstance(own, dict):
+            raise SpaceError(f"search space {template!r}: {table} must be a dict")
+        merged[table] = base.get(table, {}) | own
+    drop = data.get("drop", [])
+    unknown = [name for name in drop if name not in merged["constraints"]]
+    if not isinstance(drop, list) or unknown:
+        raise SpaceError(f"search space {template!r}: drop names no constraint of {base_name!r}")
+    for name in drop:
+        del merged["constraints"][name]
+    return merged
+
+
+def space_files(template: str) -> list[Path]:
+    """The files a template's space is read from: its own, then the one it extends."""
+    sources = template_sources()
+    if template not in sources:
+        raise SpaceError(f"template {template!r} is unknown; known: {', '.join(sorted(sources))}")
+    path = sources[template][1]
+    stat = path.stat()
+    base = _base_of(template, path, stat.st_mtime_ns, stat.st_size)
+    return [path, sources[base][1]] if isinstance(base, str) and base in sources else [path]
+
+
+@functools.lru_cache(maxsize=64)
+def _base_of(template: str, path: Path, mtime_ns: int, size: int) -> object:
+    return _parsed(_read_space(path), template).get("extends")
+
+
+def _space_text(template: str) -> str:
+    sources = template_sources()
+    if template not in sources:
+        raise SpaceError(f"template {template!r} is unknown; known: {', '.join(sorted(sources))}")
+    return _read_space(sources[template][1])
+
+
+def _read_space(path: Path) -> str:
+    try:  # a user's template folder may hold anything named *.toml: a FIFO, a link
+        return read_limited(path, MAX_SPACE_FILE_BYTES).decode()
+    except (OSError, ValueError) as error:
+        raise SpaceError(f"{path}: {error}") from None
+
+
 def _rule(name: str, text: str) -> _Rule:
     function, reads = compile_expression(text)
     return _Rule(str(name), text, function, reads)
@@ -496,24 +562,17 @@ def template_names() -> list[str]:
 
 def load_space(template: str) -> Space:
     """The search space of `template`, from its TOML file (search_spaces/TEMPLATE.toml)."""
-    sources = template_sources()
-    if template not in sources:
-        raise SpaceError(f"template {template!r} is unknown; known: {', '.join(sorted(sources))}")
-    path = sources[template][1]
-    stat = path.stat()  # an edited file is loaded again
-    return _load_space(template, path, stat.st_mtime_ns, stat.st_size)
+    paths = space_files(template)
+    stamps = tuple((p.stat().st_mtime_ns, p.stat().st_size) for p in paths)
+    return _load_space(template, paths[0], stamps)  # an edited file is loaded again
 
 
 MAX_SPACE_FILE_BYTES = 2**20  # ours are a few KiB
 
 
 @functools.lru_cache(maxsize=64)
-def _load_space(template: str, path: Path, mtime_ns: int, size: int) -> Space:
-    try:  # a user's template folder may hold anything named *.toml: a FIFO, a link
-        text = read_limited(path, MAX_SPACE_FILE_BYTES).decode()
-    except (OSError, ValueError) as error:
-        raise SpaceError(f"{path}: {error}") from None
-    return Space.from_toml(text, template)
+def _load_space(template: str, path: Path, stamps: tuple) -> Space:
+    return Space.from_toml(_read_space(path), template)
 
 
 def check_runnable(problem: Problem, limits: Mapping[str, int], templates) -> None:

@@ -64,7 +64,7 @@ def test_tune_then_lookup_exact(gpu, tmp_path, capsys):
     info = json.loads(capsys.readouterr().out)
     assert info["source"] == "exact" and info["tuned_for"] == "48x40x24" and info["gflops"] > 0
     assert main(["lookup", "--shape", "47x40x24", "--cache", cache, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["source"] in ("nearest", "default")
+    assert json.loads(capsys.readouterr().out)["source"] == "estimated"  # timed, then kept
 
 
 def test_devices_and_demo(gpu, capsys):
@@ -125,10 +125,11 @@ def test_tune_model_tunes_representatives_and_lookup_serves_the_rest(gpu, tmp_pa
     assert tuned == {"f32 32x24x20", "f32 32x96x16", "f16 32x24x16"}  # the largest of a pair
     assert main(["lookup", "--shape", "32x24x16", "--cache", str(cache), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
-    assert info["source"] == "nearest" and info["tuned_for"] == "32x24x20"
+    assert info["source"] == "estimated" and info["tuned_for"] == "32x24x16"
     assert main([*argv, "--radius", "0"]) == 0  # every problem its own
     assert "4 of 4 problems to tune" in capsys.readouterr().out
-    assert len(json.loads(path.read_text())["entries"]) == 4
+    entries = json.loads(path.read_text())["entries"].values()
+    assert len([e for e in entries if not e["estimated"]]) == 4  # and the estimate above
 
 
 @pytest.mark.slow
@@ -149,9 +150,10 @@ def test_variant_tune_lookup_export(gpu, tmp_path, capsys):
     assert info["source"] == "exact" and info["template"] == "blockedx"
     assert (info["layout"], info["batch"], info["epilogue"]) == ("nt", 2, "bias,gelu")
     assert main(["lookup", "--shape", "44x48x24", *variant, "--cache", cache, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["source"] == "nearest"
-    assert main(["lookup", "--shape", "40x48x24", "--dtype", "f16", "--cache", cache]) == 0
-    assert "source: default" in capsys.readouterr().out
+    assert json.loads(capsys.readouterr().out)["source"] == "estimated"
+    argv = ["lookup", "--shape", "40x48x24", "--dtype", "f16", "--cache", cache, "--no-estimate"]
+    assert main(argv) == 0
+    assert "source: predicted" in capsys.readouterr().out
     out_dir = tmp_path / "out"
     assert (
         main(["export", "--shape", "40x48x24", *variant, "--cache", cache, "--out", str(out_dir)])

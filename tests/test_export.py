@@ -264,6 +264,17 @@ F16_CASES = {
 FUSED_CASES = {
     "nt_batch_gelu": (Problem(37, 44, 28, "f32", "nt", 3, False, "alpha,beta,bias,gelu"), None),
     "tn_shared_relu": (Problem(36, 20, 24, "f32", "tn", 2, True, "bias,relu"), variant()),
+    # two passes and a workspace: K cut into ranges, summed with the epilogue
+    "splitk_plain": (
+        Problem(24, 20, 300),
+        load_space("splitk").seed_configs(Problem(24, 20, 300))[-1],
+    ),
+    "splitk_nt_batch_gelu": (
+        Problem(20, 24, 200, "f32", "nt", 2, False, "alpha,beta,bias,gelu"),
+        Config.make(
+            "splitk", load_space("splitk").seeds[0] | dict(VEC=4, BM=16, TM=4, BN=32, TN=4, SPLIT=4)
+        ),
+    ),
 }
 
 

@@ -166,12 +166,12 @@ def test_nearest_and_exported_kernels_are_verified_at_their_shape(gpu, faulty_te
         )  # fmt: skip
 
     cached(2, Problem(24, 20, 16))  # wrong (drops the last k), and the nearest shape
-    kernel = autotune.lookup(28, 20, 16, cache_dir=tmp_path / "cache")
-    assert kernel.source == "default" and kernel.config.template != "faulty"
+    kernel = autotune.lookup(28, 20, 16, cache_dir=tmp_path / "cache", estimate=False)
+    assert kernel.source == "predicted" and kernel.config.template != "faulty"
     cached(0, Problem(24, 24, 16))  # correct, one step further away
     forget()  # (a new process would not remember the lookup above)
-    kernel = autotune.lookup(28, 20, 16, cache_dir=tmp_path / "cache")
-    assert kernel.source == "nearest" and kernel.config == faulty(0)
+    kernel = autotune.lookup(28, 20, 16, cache_dir=tmp_path / "cache", estimate=False)
+    assert kernel.source == "predicted" and kernel.config == faulty(0)  # ranked first
     wrong = Kernel(Problem(28, 20, 16), faulty(2), "exact", gpu=gpu)
     with pytest.raises(autotune.ExportError, match="is wrong at"):
         autotune.export(wrong, tmp_path / "out")

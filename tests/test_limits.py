@@ -55,7 +55,8 @@ def test_problem_whose_default_tile_is_too_small_gets_a_valid_verified_kernel(gp
     # 16x16 tiles (the seeds) need 65536 workgroups here; wider configs fit
     N = 16 * gpu.limits["max-compute-workgroups-per-dimension"] + 1
     kernel = autotune.lookup(1, N, 1)
-    assert kernel.source == "default" and max(kernel.shader.plan.passes[0].grid) <= 65535
+    assert kernel.source == "default"  # no known-good config fits: a valid one of a space
+    assert max(max(p.grid) for p in kernel.shader.plan.passes) <= 65535
     rng = np.random.default_rng(0)
     A, B = rng.random((1, 1), np.float32), rng.random((1, N), np.float32)
     np.testing.assert_allclose(kernel(A, B), A @ B, rtol=1e-6)

@@ -1,0 +1,133 @@
+"""Prediction: how long a config would take at a problem it was not measured at.
+
+Lookup ranks configs by this for a shape the cache has no entry of, so that it never
+serves a kernel that leaves most of the GPU idle (a 256 x 128 tile launched twice for a
+small M x N with long K; a tall tile for one row). The model is deliberately coarse,
+because lookup times the best few at the real shape before it chooses:
+
+    time(P) = time(P') * ideal(P) / ideal(P')
+
+for a config measured at P' (a cache entry of this device). ideal is the roofline time
+at the fastest rates this device's cache has seen (FLOP/s and bytes/s), on the share
+of the GPU the launch keeps busy: the fill of its waves of workgroups, and for the
+arithmetic the share of each tile inside C. Compute-bound and memory-bound shapes scale
+as they should. A family's known-good configs never measured on this device are
+predicted at a fixed share of the ideal.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .cache import Entry
+from .plan import operand_bindings
+from .problem import Problem
+from .space import Config, load_space
+
+# Multiprocessors (compute units) by adapter name: WebGPU does not report them. A GPU
+# not listed counts as DEFAULT_UNITS, which only shifts where "few workgroups" starts.
+UNITS = {"H200": 132, "H100": 132, "A100": 108, "L40": 142, "4090": 128, "3090": 82}
+DEFAULT_UNITS = 64
+THREADS_PER_UNIT = 1024  # invocations resident per unit, roughly, for register-heavy kernels
+SEED_SHARE = 0.4  # the share of the roof an unmeasured known-good config is assumed to reach
+
+
+@dataclass(frozen=True)
+class Candidate:
+    config: Config
+    predicted_s: float
+    entry: Entry | None  # the measurement it is predicted from; None for a family's seed
+
+
+def compute_units(device_name: str) -> int:
+    return next((n for key, n in UNITS.items() if key in device_name), DEFAULT_UNITS)
+
+
+def moved_bytes(problem: Problem) -> int:
+    """Bytes the GEMM must move at least: its operands read (and C written) once."""
+    return sum(b.size for b in operand_bindings(problem) if b.kind != "uniform")
+
+
+@dataclass(frozen=True)
+class Roof:
+    """The fastest rates this device was seen to reach (its cache's entries)."""
+
+    flops_per_s: float
+    bytes_per_s: float
+
+    @classmethod
+    def of(cls, entries: list[Entry]) -> Roof:
+        flops = [e.key.problem.flops / e.median_s for e in entries]
+        moved = [moved_bytes(e.key.problem) / e.median_s for e in entries]
+        return cls(max(flops, default=1e12), max(moved, default=1e11))
+
+    def seconds(self, problem: Problem) -> float:
+        return max(problem.flops / self.flops_per_s, moved_bytes(problem) / self.bytes_per_s)
+
+
+def fill(config: Config, problem: Problem, units: int) -> float:
+    """The share of the GPU's workgroup slots `config`'s launch at `problem` keeps busy
+    over its waves, in (0, 1]."""
+    plan = load_space(config.template).plan(config, problem)
+    work = max(plan.passes, key=lambda p: math.prod(p.grid))  # the pass that does the GEMM
+    groups = math.prod(work.grid)
+    slots = units * max(1, min(8, THREADS_PER_UNIT // work.invocations))
+    return groups / (math.ceil(groups / slots) * slots)
+
+
+def tile_use(config: Config, problem: Problem) -> float:
+    """The share of the tiles' arithmetic that lands inside C (a tile taller or wider
+    than what is left of C computes zeros)."""
+    params = config.as_dict()
+    if "BM" not in params or "BN" not in params:
+        return 1.0
+    BM, BN, M, N = params["BM"], params["BN"], problem.M, problem.N
+    return M * N / (math.ceil(M / BM) * BM * math.ceil(N / BN) * BN)
+
+
+def efficiency(config: Config, problem: Problem, units: int) -> float:
+    """The share of the GPU's arithmetic the launch can use, in (0, 1]."""
+    return fill(config, problem, units) * tile_use(config, problem)
+
+
+def ideal_seconds(config: Config, problem: Problem, units: int, roof: Roof) -> float:
+    """The roofline time of `config` at `problem`: the arithmetic at the roof's FLOP/s
+    on the share of the GPU it uses, or the bytes at the roof's bandwidth on the share
+    of the slots it fills, whichever is longer (idle tile rows cost no bandwidth)."""
+    busy = fill(config, problem, units)
+    arithmetic = problem.flops / (roof.flops_per_s * busy * tile_use(config, problem))
+    return max(arithmetic, moved_bytes(problem) / (roof.bytes_per_s * busy))
+
+
+def ranked(
+    problem: Problem, entries: list[Entry], seeds: list[Config], units: int, roof: Roof
+) -> list[Candidate]:
+    """`entries` (measured elsewhere, each valid at `problem`) and `seeds` (valid, never
+    measured) as candidates for `problem`, fastest predicted first, one per config. A
+    measured config keeps its own distance from the roof: time(P) = time(P') *
+    ideal(P) / ideal(P')."""
+    candidates: dict[Config, Candidate] = {}
+    for entry in entries:
+        config = entry.config
+        ideal = ideal_seconds(config, problem, units, roof)
+        scale = ideal / ideal_seconds(config, entry.key.problem, units, roof)
+        candidate = Candidate(config, entry.median_s * scale, entry)
+        if config not in candidates or candidate.predicted_s < candidates[config].predicted_s:
+            candidates[config] = candidate
+    for config in seeds:
+        if config not in candidates:
+            predicted = ideal_seconds(config, problem, units, roof) / SEED_SHARE
+            candidates[config] = Candidate(config, predicted, None)
+    return sorted(candidates.values(), key=lambda c: (c.predicted_s, c.config))
+
+
+def shortlist(candidates: list[Candidate], size: int) -> list[Candidate]:
+    """The `size` to time: each template's best first (a family the model misjudges
+    still gets measured), then the rest in predicted order."""
+    firsts = {}
+    for candidate in candidates:
+        firsts.setdefault(candidate.config.template, candidate)
+    chosen = sorted(firsts.values(), key=lambda c: c.predicted_s)[:size]
+    rest = [c for c in candidates if c not in chosen]
+    return sorted(chosen + rest[: max(0, size - len(chosen))], key=lambda c: c.predicted_s)

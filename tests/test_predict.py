@@ -1,0 +1,114 @@
+"""Lookup at a shape the cache has no entry for: configs ranked by predicted time (never a
+tile grid that leaves the GPU idle), the best few timed at the shape, the fastest kept
+in the cache as `estimated`."""
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+from entries import seed_entry
+
+import autotune
+from autotune import cache, predict
+from autotune.device import versions
+from autotune.lookup import forget
+from autotune.problem import Problem
+from autotune.space import Config, load_space
+
+H200 = 132
+
+
+def blocked(**params):
+    base = dict(VEC=4, BM=128, TM=8, BN=128, TN=8, BK=16, PAD=0, UNROLL=1, DB=1, AT=1)
+    return Config.make("blocked", base | dict(GROUP=1, WARP=0) | params)
+
+
+def measured(problem, config, seconds):
+    entry = seed_entry(problem, "blocked")
+    return cache.Entry(
+        **(vars(entry) | dict(key=cache.Key.of(problem, config, True), params=config.as_dict()))
+        | dict(median_s=seconds)
+    )
+
+
+def test_a_tile_grid_that_fills_few_units_is_predicted_slow():
+    big, small = blocked(), blocked(BM=32, TM=4, BN=64, TN=4)
+    square, narrow = Problem(4096, 4096, 4096), Problem(128, 128, 65536)
+    assert predict.efficiency(big, square, H200) > 0.9  # 1024 tiles: whole waves
+    assert predict.efficiency(big, narrow, H200) < 0.01  # one tile on 132 units
+    assert predict.efficiency(small, narrow, H200) >= 4 * predict.efficiency(big, narrow, H200)
+
+
+def test_the_config_fast_at_a_big_square_is_not_ranked_first_for_long_k():
+    """The shipped cache's failure: a 128 x 128 tile, the fastest at 4096^3, served
+    for 128 x 128 x 65536 launched one workgroup. Split-K's known-good configs, never
+    measured, rank above it."""
+    square, narrow = Problem(4096, 4096, 4096), Problem(128, 128, 65536)
+    entry = measured(square, blocked(), 2.7e-3)  # 51 TFLOP/s
+    roof = predict.Roof.of([entry])
+    seeds = load_space("splitk").seed_configs(narrow)
+    ranked = predict.ranked(narrow, [entry], seeds, H200, roof)
+    assert ranked[0].config.template == "splitk"
+    assert ranked[-1].config == blocked() and ranked[-1].entry is entry
+
+
+def test_memory_bound_shapes_scale_with_bytes_not_flops():
+    """A config measured at one row predicts four rows (same bytes, 4x the FLOPs) at
+    about the same time, as the roofline says for a memory-bound shape."""
+    one, four = Problem(1, 4096, 4096), Problem(4, 4096, 4096)
+    config = blocked(BM=16, TM=1, BN=64, TN=4, BK=32, AT=0)
+    entry = measured(one, config, 20e-6)
+    roof = predict.Roof(flops_per_s=50e12, bytes_per_s=4e12)
+    (candidate,) = predict.ranked(four, [entry], [], H200, roof)
+    assert candidate.predicted_s == pytest.approx(20e-6, rel=0.01)
+
+
+def test_the_shortlist_times_each_family_s_best():
+    candidates = [
+        predict.Candidate(blocked(BM=b), s, None) for b, s in ((16, 1.0), (32, 2.0), (64, 3.0))
+    ]
+    splitk = load_space("splitk").seed_configs(Problem(128, 128, 65536))[0]
+    candidates.append(predict.Candidate(splitk, 10.0, None))
+    chosen = predict.shortlist(candidates, 3)
+    assert [c.predicted_s for c in chosen] == [1.0, 2.0, 10.0]
+
+
+@pytest.mark.slow
+def test_a_new_shape_is_timed_once_and_then_served_as_estimated(gpu, tmp_path):
+    kernel = autotune.lookup(24, 20, 900, cache_dir=tmp_path, gpu=gpu)
+    assert kernel.source == "estimated" and kernel.entry.estimated
+    (file,) = tmp_path.glob("*.json")
+    (key, stored), *_ = json.loads(file.read_text())["entries"].items()
+    assert stored["estimated"] is True and key.endswith("24x20x900:b1:none")
+    forget()
+    again = autotune.lookup(24, 20, 900, cache_dir=tmp_path, gpu=gpu)
+    assert again.source == "estimated" and again.config == kernel.config
+    A, B = np.ones((24, 900), np.float32), np.ones((900, 20), np.float32)
+    assert (again(A, B) == 900).all()
+
+
+def test_without_estimating_nothing_is_timed_or_kept(gpu, tmp_path):
+    kernel = autotune.lookup(24, 20, 300, cache_dir=tmp_path, gpu=gpu, estimate=False)
+    assert kernel.source == "predicted" and kernel.entry is None
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_an_estimate_that_cannot_be_kept_is_served_with_a_warning(gpu, tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    store = cache.DeviceCache(folder, gpu.fingerprint.as_dict(), versions())
+    # its lock's path is taken by a folder: the cache cannot be written
+    store.path.with_name(store.path.name + ".lock").mkdir()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kernel = autotune.lookup(20, 24, 300, cache_dir=folder, gpu=gpu)
+    assert kernel.source == "estimated"
+    assert any("estimated kernel not kept" in str(w.message) for w in caught)
+
+
+def test_an_estimated_flag_that_is_not_a_bool_is_refused():
+    entry = seed_entry(Problem(16, 16, 16)).to_json()
+    with pytest.raises(ValueError, match="estimated"):
+        cache.Entry.from_json(entry["key"], entry | {"estimated": "yes"})
+    assert cache.Entry.from_json(entry["key"], entry | {"estimated": True}).estimated
