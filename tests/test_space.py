@@ -153,5 +153,5 @@ def test_malformed_space_files_are_refused(text, words):
 
 
 def test_unknown_template():
-    with pytest.raises(SpaceError, match="known: blocked, blockedx, naive, tiled"):
+    with pytest.raises(SpaceError, match="known: blocked, blockedx, gemv, naive, tiled"):
         load_space("../etc/passwd")
