@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import wgpu
 
-from .device import Gpu
+from .device import Gpu, required_features
 from .render import Shader
 
 _BUFFER_TYPES = {
@@ -43,8 +43,12 @@ class Compiled:
 
 def _check_limits(shader: Shader, gpu: Gpu) -> None:
     """Refuse, before wgpu does, a shader that needs more than the device has."""
-    if shader.problem.dtype == "f16" and "shader-f16" not in gpu.features:
-        raise CompileError("limits", f"f16 needs the shader-f16 feature; {gpu.summary} lacks it")
+    for feature in required_features(shader.wgsl):  # its `enable` directives
+        if not gpu.has_feature(feature):
+            what = "f16" if feature == "shader-f16" else "the shader"
+            raise CompileError(
+                "limits", f"{what} needs the {feature} feature; {gpu.summary} lacks it"
+            )
     for limit, need in shader.plan.needs().items():
         if need > gpu.limits[limit]:
             raise CompileError("limits", f"{limit} is {gpu.limits[limit]}, the shader needs {need}")

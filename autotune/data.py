@@ -14,9 +14,10 @@ PACKAGE = Path(__file__).resolve().parent
 TEMPLATE_PATH_ENV = "AUTOTUNE_TEMPLATE_PATH"
 # The built-in templates, in the order they are tried for a default kernel: the one list
 # of them (tune searches those that compute the problem; lookup, demo and the benchmarks
-# take theirs from here). blockedx computes the variant problems, splitk (K cut into
-# ranges, summed by a second pass) both kinds, the others the plain one.
-BUILT_IN = ("blocked", "blockedx", "splitk", "tiled", "naive")
+# take theirs from here). blockedx computes the variant problems, gemv every problem of
+# M <= 16 (decoding), splitk (K cut into ranges, summed by a second pass) both kinds,
+# the others the plain one.
+BUILT_IN = ("blocked", "blockedx", "gemv", "splitk", "tiled", "naive")
 
 
 def data_path(name: str) -> Path:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from dataclasses import asdict, dataclass
 
 # Mesa's Vulkan drivers print "error: XDG_RUNTIME_DIR is invalid" on every adapter probe
@@ -57,8 +58,31 @@ def portable_limits(limits: dict) -> dict:
     return {name: min(int(value), WEBGPU_DEFAULT_LIMITS[name]) for name, value in limits.items()}
 
 
-# Optional features we ask for when the adapter has them.
+# Optional features we ask for when the adapter has them (wgpu-py's names).
 WANTED_FEATURES = ("timestamp-query", "shader-f16", "subgroup")
+# The WGSL `enable` extensions our templates use, and the WebGPU device feature each
+# needs, by WebGPU's name (a browser's, and the export manifest's). A kernel declares
+# what it needs by its `enable` lines, the one place that fact lives.
+ENABLE_FEATURES = {"f16": "shader-f16", "subgroups": "subgroups"}
+_WGPU_NAMES = {"subgroups": "subgroup"}  # where wgpu-py's name differs
+# naga (wgpu-native 29) implements subgroup operations behind the device feature but
+# refuses the standard `enable subgroups;` directive ("not yet implemented in Naga"),
+# which browsers require: our shaders carry it, and it is removed for naga alone.
+_NAGA_REFUSES = re.compile(r"^enable subgroups;\n", re.MULTILINE)
+_ENABLE = re.compile(r"(?:\s|//[^\n]*\n)*enable\s+([^;]*);")  # after any comment lines
+
+
+def required_features(wgsl: str) -> tuple[str, ...]:
+    """The WebGPU features `wgsl` needs: those of its leading `enable` directives."""
+    features, position = [], 0
+    while match := _ENABLE.match(wgsl, position):
+        for extension in match[1].split(","):
+            feature = ENABLE_FEATURES.get(extension.strip())
+            if feature and feature not in features:
+                features.append(feature)
+        position = match.end()
+    return tuple(features)
+
 
 ADAPTER_ENV = "AUTOTUNE_ADAPTER"
 
@@ -147,6 +171,10 @@ class Gpu:
         )
         self.queue = self.device.queue
 
+    def has_feature(self, feature: str) -> bool:
+        """Whether this device has the WebGPU feature `feature` (WebGPU's name)."""
+        return _WGPU_NAMES.get(feature, feature) in self.features
+
     @property
     def has_timestamps(self) -> bool:
         return "timestamp-query" in self.features
@@ -177,6 +205,7 @@ class Gpu:
         FACTS.md measured them at ~30% of a tuned kernel's time on the H200. Our
         templates guard every access themselves, which is what makes that sound.
         """
+        code = _NAGA_REFUSES.sub("", code, count=1)  # that line only: the rest as written
         if checks:
             return self.device.create_shader_module(code=code, label=label)
         source = native.new_struct_p("WGPUShaderSourceWGSL *", code=native.to_c_string_view(code))

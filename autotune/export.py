@@ -18,7 +18,7 @@ from pathlib import Path
 from .arguments import ArgumentError, check_folder
 from .cache import today
 from .compile import CompileError, compile_shader
-from .device import WEBGPU_DEFAULT_LIMITS, versions
+from .device import WEBGPU_DEFAULT_LIMITS, required_features, versions
 from .files import write_whole
 from .kernel import Kernel
 from .plan import uniform_layout
@@ -140,7 +140,8 @@ def manifest(kernel: Kernel, name: str) -> dict:
             "size": uniform_size,
             "fields": [{"name": f, "offset": o, "type": t} for f, o, t in fields],
         },
-        "required_features": ["shader-f16"] if problem.dtype == "f16" else [],
+        # WebGPU's names, from the kernel's `enable` directives (f16: "shader-f16")
+        "required_features": list(required_features(kernel.shader.wgsl)),
         "required_limits": required,
         "workgroup_storage_bytes": plan.workgroup_storage,
         "config": {"template": kernel.config.template, "params": kernel.config.as_dict()},
@@ -190,14 +191,16 @@ def _with_header(kernel: Kernel, data: dict, name: str) -> str:
         **data["shape"],
     )
     wgsl = kernel.wgsl
-    # `enable` must come before any declaration: the header goes after it
-    enable = re.match(r"(enable [^;]*;\n)", wgsl)
-    return (enable[1] + header + wgsl[enable.end() :]) if enable else header + wgsl
+    # `enable` directives must come before any declaration: the header goes after them
+    enable = re.match(r"(?:enable [^;]*;\n)*", wgsl)
+    return enable[0] + header + wgsl[enable.end() :]
 
 
 def _verify_text(kernel: Kernel, wgsl: str) -> None:
     """Compile exactly `wgsl` as a browser does (runtime checks on) and verify it at the
-    kernel's shape on its device; refuse the export otherwise."""
+    kernel's shape on its device; refuse the export otherwise. (The one line naga is
+    spared is `enable subgroups;`, which browsers require and naga does not implement
+    yet: Gpu.create_shader_module removes it, and compiles the rest as written.)"""
     shader = dataclasses.replace(kernel.shader, wgsl=wgsl)
     try:
         verdict = verify(compile_shader(shader, kernel.gpu, checks=True), kernel.gpu)

@@ -156,6 +156,8 @@ BROWSER_CASES = [
     (Problem(67, 45, 37), blocked(VEC=1, BM=32, TM=2, BN=32, TN=2, BK=8, PAD=1)),
     (Problem(67, 45, 37), Config.make("tiled", dict(TX=16, TY=16, TK=16, PAD=1))),
     (Problem(67, 45, 37), Config.make("naive", dict(WX=16, WY=8))),
+    # decoding, the plain problem's 16-byte uniform block
+    (Problem(1, 37, 129), Config.make("gemv", dict(SG=0, WG=64, TK=8, NC=2, VEC=1, U=2, ACC=0))),
 ]
 
 
@@ -275,6 +277,18 @@ FUSED_CASES = {
             "splitk", load_space("splitk").seeds[0] | dict(VEC=4, BM=16, TM=4, BN=32, TN=4, SPLIT=4)
         ),
     ),
+    # decoding (M <= 16), reduced through workgroup memory: ragged N, odd K
+    "decode_workgroup": (
+        Problem(3, 37, 129, "f32", "nt", 2, False, "bias,gelu"),
+        Config.make("gemv", dict(SG=0, WG=128, TK=16, NC=1, VEC=1, U=4, ACC=0)),
+    ),
+}
+# decoding reduced with subgroupAdd: needs the device feature "subgroups"
+SUBGROUP_CASES = {
+    "decode_subgroups": (
+        Problem(4, 36, 64, "f32", "nt", 1, False, "alpha,bias"),
+        Config.make("gemv", dict(SG=1, WG=64, TK=8, NC=1, VEC=4, U=2, ACC=0)),
+    ),
 }
 
 
@@ -282,7 +296,7 @@ FUSED_CASES = {
 def variant_results(gpu, tmp_path_factory):
     """The variant bundles, run once in Chromium: name -> the runner's result."""
     folder = tmp_path_factory.mktemp("variants")
-    for name, (problem, config) in (F16_CASES | FUSED_CASES).items():
+    for name, (problem, config) in (F16_CASES | FUSED_CASES | SUBGROUP_CASES).items():
         kernel = (
             Kernel(problem, config, "default", gpu=gpu)
             if config
@@ -296,7 +310,7 @@ def variant_results(gpu, tmp_path_factory):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/runner.html?bundles="
-        lines = run_in_chromium(url + ",".join(F16_CASES | FUSED_CASES))
+        lines = run_in_chromium(url + ",".join(F16_CASES | FUSED_CASES | SUBGROUP_CASES))
     finally:
         server.shutdown()
         server.server_close()
@@ -321,6 +335,17 @@ def test_f16_bundles_run_in_chromium(variant_results):
         pytest.skip(f"f16 in the browser: {skipped[0]}")
     for name in F16_CASES:
         result = variant_results[name]
+        assert result.get("ok") and result["errors"] == [], f"{name}: {result}"
+
+
+def test_subgroup_bundles_run_in_chromium(variant_results):
+    """Where the browser's adapter has "subgroups" the bundle runs right; where it lacks
+    it, createGemm refuses, naming the feature, and the test says so."""
+    for name in SUBGROUP_CASES:
+        result = variant_results[name]
+        if "skipped" in result:
+            assert "needs the device feature subgroups" in (result.get("refused") or ""), result
+            pytest.skip(f"subgroups in the browser: {result['skipped']}")
         assert result.get("ok") and result["errors"] == [], f"{name}: {result}"
 
 

@@ -1,0 +1,178 @@
+"""The decode template `gemv` (M <= 16): correct for every layout, dtype, batch and
+epilogue on odd shapes, with a subgroup or a workgroup-memory reduction, the same bits on
+every run; refused where the device lacks subgroups; tuned, cached, looked up, exported."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+import autotune
+from autotune.compile import CompileError, compile_shader
+from autotune.data import data_path
+from autotune.device import Gpu, required_features
+from autotune.kernel import Kernel
+from autotune.problem import Problem
+from autotune.render import Shader, jinja_environment, render
+from autotune.space import Config, Space, load_space
+from autotune.verify import verify
+
+
+def gemv(**params) -> Config:
+    base = dict(SG=0, WG=64, TK=8, NC=1, VEC=1, U=1, ACC=0)
+    return Config.make("gemv", base | params)
+
+
+def check(gpu, problem: Problem, config: Config) -> None:
+    reason = load_space("gemv").why_invalid(config, problem, gpu.limits)
+    assert reason is None, f"{config} at {problem}: {reason}"
+    verdict = verify(compile_shader(render(config, problem), gpu), gpu)
+    assert verdict.ok, f"{config} at {problem}: {verdict.reason}"
+
+
+# (problem, config): B stored N x K (subgroups of lavapipe's 8 invocations are whole
+# column groups at TK=8, not at TK=16 or 32: both reduction paths run), B stored K x N,
+# A stored K x M, ragged N, odd K, the unrolled steps' tail, several columns per invocation.
+CASES = [
+    (Problem(1, 37, 129, "f32", "nt"), gemv(SG=1, TK=8, U=4)),
+    (Problem(3, 37, 129, "f32", "nt"), gemv(SG=1, TK=32, WG=128, U=2, NC=2)),
+    (Problem(16, 129, 301, "f32", "nt"), gemv(SG=0, TK=16, WG=128, U=4)),
+    (Problem(16, 36, 300, "f32", "nt"), gemv(SG=1, TK=8, VEC=4, U=8)),
+    (Problem(3, 40, 260, "f32", "tt"), gemv(SG=1, TK=16, VEC=4, U=2, NC=2)),
+    (Problem(1, 37, 129), gemv(TK=8, U=2, NC=2)),
+    (Problem(16, 129, 77), gemv(TK=4, WG=128, U=4)),
+    (Problem(3, 68, 96, "f32", "tn"), gemv(TK=8, VEC=4, U=2, NC=2)),
+]
+
+
+@pytest.mark.parametrize("problem, config", CASES, ids=lambda x: str(x).replace(" ", "_"))
+def test_correct_for_layouts_and_odd_shapes(gpu, problem, config):
+    check(gpu, problem, config)
+
+
+@pytest.mark.parametrize(
+    "problem, config",
+    [
+        (Problem(4, 48, 200, "f16", "nt"), gemv(SG=1, TK=8, VEC=4, U=2, NC=2)),
+        (Problem(3, 36, 64, "f16", "nt", accumulate="f16"), gemv(TK=16, VEC=4, ACC=1)),
+        (Problem(7, 44, 70, "f16"), gemv(TK=4, VEC=2, U=4)),
+    ],
+    ids=["f32_acc_subgroups", "f16_acc", "nn"],
+)
+def test_f16(gpu, problem, config):
+    if "shader-f16" not in gpu.features:
+        pytest.skip("the adapter has no shader-f16")
+    check(gpu, problem, config)
+
+
+@pytest.mark.parametrize(
+    "problem, config",
+    [
+        (Problem(3, 37, 51, "f32", "nt", 3, False, "alpha,beta,bias,gelu"), gemv(SG=1)),
+        (Problem(4, 40, 64, "f32", "nn", 2, True, "bias,relu"), gemv(VEC=4, U=2, TK=4)),
+        (Problem(1, 129, 257, "f32", "nt", 2, True, "alpha,bias"), gemv(SG=1, TK=32, WG=256)),
+        (Problem(16, 33, 40, "f32", "tn", 2, False, "beta,gelu"), gemv(WG=128, TK=16)),
+    ],
+    ids=["batch_epilogue_subgroups", "shared_b_relu", "shared_b_fallback", "tn_beta_gelu"],
+)
+def test_batch_and_epilogue(gpu, problem, config):
+    check(gpu, problem, config)
+
+
+def test_same_bits_on_every_run(gpu):
+    """Fixed-order reductions: two runs on the same data give the same bits, on both
+    reduction paths (the subgroup one, and the workgroup-memory one)."""
+    problem = Problem(5, 37, 1001, "f32", "nt")
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((5, 1001)).astype(np.float32)
+    B = rng.standard_normal((37, 1001)).astype(np.float32)
+    for config in (gemv(SG=1, TK=8, U=4), gemv(SG=1, TK=32, WG=128), gemv(TK=64, WG=256)):
+        kernel = Kernel(problem, config, "default", gpu=gpu)
+        first, second = kernel(A, B), kernel(A, B)
+        assert first.tobytes() == second.tobytes(), config
+        np.testing.assert_allclose(first, A.astype(np.float64) @ B.T, rtol=1e-4, atol=1e-3)
+
+
+def test_subgroups_straddling_column_groups_take_the_workgroup_path(gpu):
+    """Column groups of 4 invocations under subgroups of 8 (lavapipe's): a subgroupAdd
+    would mix two groups' columns. The run-time check sends such a workgroup through
+    workgroup memory. (The space prunes TK = 4 for B stored N x K as uncoalesced: the
+    config is rendered from the space without that rule.)"""
+    text = (data_path("search_spaces") / "gemv.toml").read_text()
+    space = Space.from_toml(re.sub(r"\ncoalesced = [^\n]*", '\ncoalesced = "1"', text), "gemv")
+    problem = Problem(3, 37, 129, "f32", "nt")
+    for sg in (1, 0):
+        config = gemv(SG=sg, TK=4, U=2)
+        assert load_space("gemv").why_invalid(config, problem).startswith("coalesced")
+        assert space.why_invalid(config, problem, gpu.limits) is None
+        values = space.context(config, problem)
+        wgsl = jinja_environment().get_template("gemv.wgsl.j2").render(elem="f32", **values)
+        shader = Shader(config, problem, wgsl, space.plan(config, problem))
+        verdict = verify(compile_shader(shader, gpu), gpu)
+        assert verdict.ok, f"{config}: {verdict.reason}"
+
+
+def test_only_decode_shapes():
+    space = load_space("gemv")
+    assert space.first_config(Problem(17, 64, 64, "f32", "nt")) is None
+    assert space.why_invalid(gemv(), Problem(17, 64, 64)) == "decode_shapes: M <= 16"
+    assert space.first_config(Problem(16, 64, 64)) is not None  # the plain problem too
+
+
+def test_seeds_come_first_and_serve_every_shape():
+    space = load_space("gemv")
+    linear = Problem(1, 4096, 4096, "f32", "nt")
+    first, second = space.seed_configs(linear)[:2]
+    assert (first["SG"], second["SG"]) == (1, 0)
+    for problem in (Problem(1, 37, 129), Problem(16, 1, 1, "f16", "tt", 3, True, "beta,gelu")):
+        assert space.seed_configs(problem), problem
+    assert space.seed_configs(Problem(3, 5, 7, "f16", accumulate="f16"))
+    assert 50 < len(space.configs(linear)) <= 400  # a short tune covers it
+
+
+def test_subgroups_are_declared_by_the_enable_directive(gpu):
+    problem = Problem(2, 40, 64, "f16", "nt")
+    with_sg = render(gemv(SG=1, VEC=4), problem).wgsl
+    assert with_sg.startswith("enable f16;\nenable subgroups;\n")
+    assert required_features(with_sg) == ("shader-f16", "subgroups")
+    assert required_features(render(gemv(), Problem(2, 40, 64)).wgsl) == ()
+
+
+def test_compile_refuses_subgroups_without_the_feature(gpu):
+    """A device without the subgroup feature: compile refuses an SG=1 kernel as a limit,
+    naming the feature, before naga does (an SG=0 kernel compiles)."""
+    if "subgroup" not in gpu.features:
+        pytest.skip("the adapter has no subgroup feature")
+    bare = Gpu(gpu.adapter)
+    bare.features = bare.features - {"subgroup"}  # the feature set compile consults
+    problem = Problem(3, 37, 129, "f32", "nt")
+    with pytest.raises(CompileError, match="needs the subgroups feature") as refused:
+        compile_shader(render(gemv(SG=1), problem), bare)
+    assert refused.value.reason == "limits"
+    compile_shader(render(gemv(SG=0), problem), bare)
+
+
+@pytest.mark.slow
+def test_tune_caches_gemv_and_lookup_serves_it(gpu, cache_dir):
+    result = autotune.tune(
+        4, 36, 96, layout="nt", trials=4, templates=["gemv"], cache_dir=cache_dir, seed=1, gpu=gpu
+    )
+    assert result.entry is not None and result.entry.config.template == "gemv"
+    kernel = autotune.lookup(4, 36, 96, layout="nt", cache_dir=cache_dir, gpu=gpu)
+    assert kernel.source == "exact" and kernel.config == result.entry.config
+    A = np.random.default_rng(0).standard_normal((4, 96)).astype(np.float32)
+    B = np.random.default_rng(1).standard_normal((36, 96)).astype(np.float32)
+    np.testing.assert_allclose(kernel(A, B), A.astype(np.float64) @ B.T, rtol=1e-4, atol=1e-3)
+
+
+def test_export_of_a_subgroup_kernel(gpu, tmp_path):
+    """The bundle carries `enable subgroups;` (browsers require it) and lists the
+    feature by WebGPU's name; export compiled and verified that very text."""
+    problem = Problem(3, 36, 64, "f32", "nt", 2, False, "bias,gelu")
+    kernel = Kernel(problem, gemv(SG=1, VEC=4, U=2), "default", gpu=gpu)
+    paths = autotune.export(kernel, tmp_path)
+    wgsl = paths["wgsl"].read_text()
+    assert wgsl.startswith("enable subgroups;\n// autotune GEMM kernel")
+    assert json.loads(paths["json"].read_text())["required_features"] == ["subgroups"]
+    assert wgsl.count("enable subgroups;") == 1
