@@ -1,27 +1,34 @@
-"""Benchmark: autotune's tuned WGSL GEMM against cuBLAS SGEMM on the same GPU, same run.
+"""Benchmark: autotune's WGSL GEMM kernels against cuBLAS SGEMM on the same GPU, same run.
 
-    python benchmarks/bench.py --out DIR                         # the whole suite
+    python benchmarks/bench.py --out DIR                         # the f32 suite
     python benchmarks/bench.py --shape 4096x4096x4096            # one shape
+    python benchmarks/bench.py --set decode --dtype f16 --checks off --out DIR
     AUTOTUNE_CACHE=/tmp/fresh python benchmarks/bench.py --tune 30 --out DIR  # from scratch
     python benchmarks/bench.py --join DIR1 DIR2 --out DIR        # one table from two runs
 
 DIR: a new folder, by convention benchmarks/results/DATE-DEVICE-CONTENT/ (e.g.
-benchmarks/results/2026-11-30-h200-suite/).
+benchmarks/results/2026-11-30-h200-suite/). benchmarks/all.sh runs every set.
 
-For each shape: cuBLAS SGEMM through PyTorch with TF32 off (CUDA events), the tutorial
-16x16 `tiled` kernel, and autotune's best cached kernel with wgpu's runtime checks on and
-off (device timestamps, autotune.measure); every WGSL result is verified against float64
-NumPy first. All timings: warm-up, then the median of several passes, each pass long
-enough (>= 20 ms) that launch overhead does not count. Prints a table (TFLOP/s and ratio
-to cuBLAS, geometric mean) and writes bench.json (with provenance) and bench.png.
+Rows: the named sets of shapes.py (--set suite, decode, longk, outofbox; repeatable) and
+--shape MxNxK (with --layout); --dtype f32 or f16 for all of them; without either, the
+suite. For each row: cuBLAS SGEMM through PyTorch, f32 with TF32 off whatever --dtype
+says, in the row's layout, replayed from a CUDA graph (timing.py); the tutorial 16x16
+`tiled` kernel (--no-tiled: not); and the kernel `autotune.lookup` serves, with wgpu's
+runtime checks on and off (--checks on|off|both), timed with device timestamps
+(autotune.measure) in passes of >= 20 ms; every WGSL result is verified against float64
+NumPy first. Each cell: TFLOP/s, the ratio to cuBLAS, the TB/s of the bytes the GEMM
+must move (A, B and C once; memory-bound rows are judged against timing.BOUNDS), and
+lookup's source (exact, nearest, ...) and template. Per set: the geometric mean and the
+minimum of the ratios. Writes bench.json (with provenance), bench.md and bench.png.
 
-With --tune SECONDS, every shape is first tuned in both modes (`autotune.tune`, the API
-behind `python -m autotune tune`, blocked template, SECONDS of search each) into the
-cache that lookup then reads, and the wall time of each tune (search, worker start,
-float64 reference, baseline, re-timing of the finalists) is reported with its row.
-Without torch the cuBLAS column is NaN (a dry run on any adapter). With --rounds N, cuBLAS
-and autotune's two kernels are timed N times in turn and each ratio is the median of the
-rounds' ratios (cuBLAS's own time moves by about 1% between runs).
+With --tune SECONDS, every row's problem is first tuned in each mode (`autotune.tune`,
+the API behind `python -m autotune tune`, the --template templates, default blocked,
+SECONDS of search each) into the cache that lookup then reads, and the wall time of each
+tune (search, worker start, float64 reference, baseline, re-timing of the finalists) is
+reported with its row. Without torch the cuBLAS column is NaN (a dry run on any
+adapter). With --rounds N, cuBLAS and autotune's kernels are timed N times in turn and
+each ratio is the median of the rounds' ratios (cuBLAS's own time moves by about 1%
+between runs).
 """
 
 from __future__ import annotations

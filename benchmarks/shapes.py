@@ -8,9 +8,9 @@
   `python benchmarks/shapes.py` prints the file's text from the generator (a test checks
   that it matches the committed file); never tune these shapes.
 
-With AUTOTUNE_BENCH_QUICK=1 (all.sh --quick) every size is shrunk to a tiny one of the
-same character (1-16 stay, larger ones become 16 + size // 64), for a dry run on a CPU
-adapter in seconds.
+With AUTOTUNE_BENCH_QUICK=1 (all.sh --quick) a set keeps its first QUICK_ROWS problems
+and every size is shrunk to a tiny one of the same character (1-16 stay, larger ones
+become 16 + size // 64), for a dry run on a CPU adapter in seconds.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ LINEAR_LAYERS = (
 LLM_DRAWS, ODD_DRAWS = 10, 2
 
 QUICK_ENV = "AUTOTUNE_BENCH_QUICK"
+QUICK_ROWS = 4
 
 
 def quick() -> bool:
@@ -110,7 +111,7 @@ def set_problems(name: str, dtype: str = "f32") -> list[Problem]:
         ]
     else:
         problems = [parse_shape(s, dtype) for s in (SUITE if name == "suite" else LONGK)]
-    return [shrunk(p) for p in problems] if quick() else problems
+    return [shrunk(p) for p in problems[:QUICK_ROWS]] if quick() else problems
 
 
 SETS = ("suite", "decode", "longk", "outofbox")

@@ -57,12 +57,19 @@ def cublas_seconds(problem: Problem, passes: int = 10, min_pass_s: float = 0.02)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
-    stored = problem.matrix_shapes()  # as our kernel reads them: "t" is stored transposed
-    A, B = (torch.rand(stored[name], device="cuda") * 2 - 1 for name in "AB")
-    C = torch.empty(stored["C"], device="cuda")
-    op_a = A.mT if problem.trans_a else A
-    op_b = B.mT if problem.trans_b else B
+    op_a, op_b, C = reference_operands(
+        problem, lambda shape: torch.rand(shape, device="cuda") * 2 - 1
+    )
     return graph_seconds(lambda: torch.matmul(op_a, op_b, out=C), passes, min_pass_s)
+
+
+def reference_operands(problem: Problem, make) -> tuple:
+    """(op(A), op(B), C) of `problem`, each array made by `make(shape)` and stored as our
+    kernel reads it (layout "t": stored transposed, viewed as op() through .mT; a batch:
+    3-D, a shared B 2-D), so that matmul(op(A), op(B), out=C) is the problem's product."""
+    stored = problem.matrix_shapes()
+    A, B, C = (make(stored[name]) for name in "ABC")
+    return (A.mT if problem.trans_a else A), (B.mT if problem.trans_b else B), C
 
 
 def graph_seconds(run, passes: int = 10, min_pass_s: float = 0.02, max_repeats=16384) -> float:
