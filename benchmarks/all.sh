@@ -24,20 +24,33 @@ fi
 out="$1"
 mkdir -p "$out"
 
-bench() { "$py" "$here/bench.py" --rounds "$rounds" "$@"; }
-layer() { "$py" "$here/layer.py" --rounds "$rounds" "$@"; }
+times=()  # "folder seconds" of each table, printed before the summary
+bench() {
+    local name="$1" start=$SECONDS
+    shift
+    "$py" "$here/bench.py" --rounds "$rounds" --out "$out/$name" "$@"
+    times+=("$name $((SECONDS - start)) s")
+}
+layer() {
+    local model="$1" dtype="$2" start=$SECONDS
+    "$py" "$here/layer.py" --rounds "$rounds" --model "$here/models/$model-layer.toml" \
+        --dtype "$dtype" --out "$out/layer-$model-$dtype"
+    times+=("layer-$model-$dtype $((SECONDS - start)) s")
+}
 
-bench --set suite --checks both --out "$out/suite-f32"
-bench --set decode --dtype f32 --checks off --no-tiled --out "$out/decode-f32"
-bench --set decode --dtype f16 --checks off --no-tiled --out "$out/decode-f16"
-bench --set longk --checks off --no-tiled --out "$out/longk-f32"
-bench --set outofbox --checks off --no-tiled --out "$out/outofbox-f32"
+bench suite-f32 --set suite --checks both
+bench decode-f32 --set decode --dtype f32 --checks off --no-tiled
+bench decode-f16 --set decode --dtype f16 --checks off --no-tiled
+bench longk-f32 --set longk --checks off --no-tiled
+bench outofbox-f32 --set outofbox --checks off --no-tiled
 for model in llama-7b llama3-8b; do
     for dtype in f32 f16; do
-        layer --model "$here/models/$model-layer.toml" --dtype "$dtype" --out "$out/layer-$model-$dtype"
+        layer "$model" "$dtype"
     done
 done
 
+echo
+echo "Wall time per table: ${times[*]/%/;} total ${SECONDS} s"
 echo
 echo "Summary ($out):"
 "$py" "$here/summary.py" "$out"

@@ -48,7 +48,7 @@ def summary(root: Path) -> str:
         "| run | rows | ratio to cuBLAS SGEMM: geometric mean (min), or totals |",
         "|---|---|---|",
     ]
-    for path in sorted(root.glob("*/*.json")):
+    for path in sorted(root.glob("*/*.json"), key=lambda p: p.stat().st_mtime):  # run order
         report = json.loads(path.read_text())
         if path.name == "bench.json":
             lines += bench_lines(path.parent, report)

@@ -118,16 +118,24 @@ cuda_seconds = graph_seconds  # the name bench_variants.py times torch's f16 GEM
 
 def wgsl_seconds(config, problem, gpu, checks: bool, reference: Reference) -> dict:
     """One timing of `config` at `problem`, verified against float64 first."""
+    return wgsl_timing(verified(config, problem, gpu, checks, reference), gpu, reference)
+
+
+def verified(config, problem, gpu, checks: bool, reference: Reference):
+    """`config` compiled for `problem`, and its error, after it computed `reference` right."""
     compiled = compile_shader(render(config, problem), gpu, checks=checks)
     verdict = verify(compiled, gpu, reference=reference)
     if not verdict.ok:
         raise AssertionError(f"{config} checks={checks} is WRONG at {problem}: {verdict.reason}")
-    m = measure(
-        compiled,
-        gpu,
-        **(QUICK_MEASURE if quick() else MEASURE),
-        operands=(reference.A, reference.B),
-    )
+    return compiled, verdict.error
+
+
+def wgsl_timing(verified_kernel, gpu, reference: Reference) -> dict:
+    """One timing of a kernel `verified` returned, on the reference's operands."""
+    compiled, error = verified_kernel
+    settings = QUICK_MEASURE if quick() else MEASURE
+    m = measure(compiled, gpu, **settings, operands=(reference.A, reference.B))
+    config = compiled.shader.config
     return {
         "config": str(config),
         "template": config.template,
@@ -135,7 +143,7 @@ def wgsl_seconds(config, problem, gpu, checks: bool, reference: Reference) -> di
         "p20_s": m.p20_s,
         "p80_s": m.p80_s,
         "method": m.method,
-        "error": verdict.error,
+        "error": error,
     }
 
 
@@ -166,12 +174,15 @@ def time_problem(problem: Problem, gpu, modes, rounds: int) -> dict:
         start = time.perf_counter()
         kernels[mode] = autotune.lookup(**problem.arguments, checks=MODES[mode], gpu=gpu)
         lookup_s[mode] = time.perf_counter() - start
+    ready = {  # compiled and verified once; timed in each round
+        mode: verified(kernel.config, problem, gpu, MODES[mode], reference)
+        for mode, kernel in kernels.items()
+    }
     cublas, timed = [], {mode: [] for mode in modes}
     for _ in range(rounds):
         cublas.append(try_cublas(problem))
-        for mode, kernel in kernels.items():
-            config = kernel.config
-            timed[mode].append(wgsl_seconds(config, problem, gpu, MODES[mode], reference))
+        for mode in modes:
+            timed[mode].append(wgsl_timing(ready[mode], gpu, reference))
     row = {
         "shape": problem.shape,
         "problem": str(problem),
