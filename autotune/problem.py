@@ -286,13 +286,22 @@ MAX_PROBLEMS_FILE_BYTES = 4 * 2**20
 
 
 def problems_from_file(path, dtype: str = "f32", **variant) -> list[Problem]:
-    """The problems a JSON or TOML file lists, duplicates dropped (the first is kept).
+    """The problems a JSON or TOML file lists, duplicates dropped (the first is kept);
+    see named_problems_from_file for the format."""
+    return list(
+        dict.fromkeys(problem for _, problem in named_problems_from_file(path, dtype, **variant))
+    )
+
+
+def named_problems_from_file(path, dtype: str = "f32", **variant) -> list[tuple[str, Problem]]:
+    """Each problem a JSON or TOML file lists with its name ("" where it has none), in
+    the file's order, duplicates kept (a layer's gate and up projections share a shape).
 
     JSON: a list of objects, or {"problems": [...]}; TOML: [[problems]] tables. Each
     problem has `shape = "MxNxK"` or M, N and K, and optionally `dtype`, `layout`,
     `batch`, `shared_b`, `epilogue`, `accumulate` (defaults: the `dtype` and `variant`
     arguments, as the CLI's options give them) and `name` (a label, e.g. the layer it
-    comes from, not used).
+    comes from).
     """
     import json
     import tomllib
@@ -338,6 +347,5 @@ def problems_from_file(path, dtype: str = "f32", **variant) -> list[Problem]:
                 problem = Problem(item["M"], item["N"], item["K"], item_dtype, **item_variant)
         except ProblemError as error:
             raise ProblemError(error.field, f"{where}: {error}") from None
-        if problem not in problems:
-            problems.append(problem)
+        problems.append((item.get("name", ""), problem))
     return problems

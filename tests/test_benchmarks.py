@@ -4,6 +4,7 @@ then, so they must not break in between. Without PyTorch their cuBLAS columns ar
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -76,3 +77,45 @@ def test_peak_times_every_width_and_form(gpu, tmp_path):
     ratios = re.findall(r"^(scalar|vec2|vec4) (fma|mul-add): .* f16 / f32 ([0-9.]+)$", out, re.M)
     assert len(ratios) == 6
     assert all(math.isfinite(float(r)) and float(r) > 0 for *_, r in ratios)
+
+
+def test_all_tables_in_one_command_quick(gpu, cache_dir, tmp_path):
+    """all.sh --quick: every table of the GPU run, on tiny shapes, and the summary last."""
+    done = subprocess.run(
+        ["bash", str(BENCHMARKS / "all.sh"), "--quick", "out"],
+        cwd=tmp_path,
+        env=os.environ | {"PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    out = tmp_path / "out"
+    runs = {"suite-f32", "decode-f32", "decode-f16", "longk-f32", "outofbox-f32"}
+    for name in runs:
+        report = json.loads((out / name / "bench.json").read_text())
+        assert report["provenance"]["quick"] and report["rows"]
+        for row in report["rows"]:
+            assert math.isnan(row["cublas_s"])  # no torch here
+            assert row["bytes"] > 0 and row["problem"].startswith(row["shape"])
+            for mode in ("checks", "nochecks") if name == "suite-f32" else ("nochecks",):
+                result = row[mode]
+                assert result["tbs"] == pytest.approx(row["bytes"] / result["seconds"] / 1e12)
+                assert result["source"] in ("exact", "nearest", "estimated", "default")
+                assert result["config"].startswith(result["template"] + " ")
+        assert set(report["sets"]) == {name.split("-")[0]}
+    decode = json.loads((out / "decode-f16" / "bench.json").read_text())["rows"]
+    assert {(r["dtype"], r["layout"]) for r in decode} == {("f16", "nt")}
+    for model in ("llama-7b", "llama3-8b"):
+        for dtype in ("f32", "f16"):
+            name = f"layer-{model}-{dtype}"
+            runs.add(name)
+            report = json.loads((out / name / "layer.json").read_text())
+            rows, totals = report["rows"], report["totals"]
+            assert set(totals) == {"prefill", "decode"} and {r["dtype"] for r in rows} == {dtype}
+            for phase, total in totals.items():
+                ours = [r["nochecks"]["seconds"] for r in rows if r["phase"] == phase]
+                assert total["gemms"] == len(ours) == 5  # gate and up both counted
+                assert total["nochecks"]["seconds"] == pytest.approx(sum(ours))
+    summary = done.stdout[done.stdout.rindex("Summary") :]
+    assert all(f"| {name} |" in summary for name in runs)
