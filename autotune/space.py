@@ -595,7 +595,8 @@ def check_runnable(problem: Problem, limits: Mapping[str, int], templates) -> No
             raise ProblemError(
                 "template",
                 f"{', '.join(plain_only)} compute only the plain problem (f32, nn, one "
-                f"matrix, no epilogue), not {problem}; the variants are blockedx's, gemv's and splitk's",
+                f"matrix, no epilogue), not {problem}; the variants are blockedx's, gemv's "
+                "and splitk's",
             )
         raise ProblemError("shape", f"no config of {', '.join(templates)} is valid for {problem}")
     what, blamed = problem.shape, "shape"
