@@ -31,7 +31,7 @@ from .space import Config, check_runnable, load_space
 from .verify import Reference, Verdict, verify
 
 ESTIMATE_S = 2.0  # what choosing among ranked configs at a new shape may take, about
-SHORTLIST = 4  # ranked configs timed at a new shape
+SHORTLIST = 6  # ranked configs timed at a new shape (each family's best among them)
 
 
 def _stores(gpu: Gpu, cache_dir) -> list[cache.DeviceCache]:

@@ -10,7 +10,8 @@ because lookup times the best few at the real shape before it chooses:
 for a config measured at P' (a cache entry of this device). ideal is the roofline time
 at the fastest rates this device's cache has seen (FLOP/s and bytes/s), on the share
 of the GPU the launch keeps busy: the fill of its waves of workgroups, and for the
-arithmetic the share of each tile inside C. Compute-bound and memory-bound shapes scale
+arithmetic the share of each tile inside C and what one invocation's register patch
+can reach. Compute-bound and memory-bound shapes scale
 as they should. A family's known-good configs never measured on this device are
 predicted at a fixed share of the ideal.
 """
@@ -86,6 +87,16 @@ def tile_use(config: Config, problem: Problem) -> float:
     return M * N / (math.ceil(M / BM) * BM * math.ceil(N / BN) * BN)
 
 
+def thread_intensity(config: Config) -> float:
+    """The share of its arithmetic rate a register-blocked invocation can reach: a TM x TN
+    patch does TM * TN multiply-adds per TM + TN values loaded, and about 4 of them per
+    load keep the units busy. A family without TM and TN (the tutorial kernels, gemv)
+    counts as 1 x 1: load-bound, which only matters where arithmetic does."""
+    params = config.as_dict()
+    TM, TN = params.get("TM", 1), params.get("TN", 1)
+    return min(1.0, TM * TN / (TM + TN) / 4)
+
+
 def efficiency(config: Config, problem: Problem, units: int) -> float:
     """The share of the GPU's arithmetic the launch can use, in (0, 1]."""
     return fill(config, problem, units) * tile_use(config, problem)
@@ -96,7 +107,8 @@ def ideal_seconds(config: Config, problem: Problem, units: int, roof: Roof) -> f
     on the share of the GPU it uses, or the bytes at the roof's bandwidth on the share
     of the slots it fills, whichever is longer (idle tile rows cost no bandwidth)."""
     busy = fill(config, problem, units)
-    arithmetic = problem.flops / (roof.flops_per_s * busy * tile_use(config, problem))
+    share = busy * tile_use(config, problem) * thread_intensity(config)
+    arithmetic = problem.flops / (roof.flops_per_s * share)
     return max(arithmetic, moved_bytes(problem) / (roof.bytes_per_s * busy))
 
 
