@@ -21,6 +21,7 @@ resumes where it stopped, and several processes share one budget.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
@@ -99,6 +100,31 @@ def search(
     return _Search(**(arguments | {"compile_ahead": compile_ahead})).run()
 
 
+class _Valid(Sequence):
+    """Every valid config of the templates, listed on first use. A large space takes
+    seconds to list (split-K's: about 100,000 configs), which a short tune should not
+    spend unless its strategy needs the list (grid; a sampler's fallback)."""
+
+    def __init__(self, templates: tuple[str, ...], problem: Problem, limits: dict):
+        self.templates, self.problem, self.limits = templates, problem, limits
+
+    @functools.cached_property
+    def configs(self) -> list[Config]:
+        return [c for t in self.templates for c in load_space(t).configs(self.problem, self.limits)]
+
+    def __len__(self) -> int:
+        return len(self.configs)
+
+    def __getitem__(self, index):
+        return self.configs[index]
+
+    def at_most(self) -> int:
+        """How many there are, or a bound (the raw parameter combinations) before listing."""
+        if "configs" in self.__dict__:
+            return len(self.configs)
+        return sum(load_space(t).size for t in self.templates)
+
+
 class _Search:
     """One run of the search loop (see search())."""
 
@@ -109,8 +135,8 @@ class _Search:
         self.trials, self.timeout, self.max_dispatch_s = trials, timeout, max_dispatch_s
         self.on_trial, self.evaluator, self.compile_ahead = on_trial, evaluator, compile_ahead
         self.limits = limits or gpu.limits
-        self.valid = [c for t in templates for c in load_space(t).configs(problem, self.limits)]
-        if not self.valid:
+        self.valid = _Valid(self.templates, problem, self.limits)
+        if not any(load_space(t).first_config(problem, self.limits) for t in self.templates):
             raise ValueError(f"no config of {', '.join(templates)} is valid for {problem} here")
         self.strategy = make_strategy(sampler, seed)
         portable = self.limits != gpu.limits
@@ -162,7 +188,7 @@ class _Search:
         measured = len(self.study.history()) + len(self.pending)
         self.result.study_trials = len(self.study.history())
         spent = self.full or (self.trials is not None and measured >= self.trials)
-        return spent or self._out_of_time() or measured >= len(self.valid)
+        return spent or self._out_of_time() or measured >= self.valid.at_most()
 
     def _claim(self) -> tuple[optuna.Trial, Config] | None:
         """The next config to measure, its trial claimed in the study; None: stop."""

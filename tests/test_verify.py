@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from autotune.problem import Problem
-from autotune.verify import FULL_CHECK_FLOPS, check_result, random_operands, tolerance
+from autotune.verify import FULL_CHECK_FLOPS, Reference, check_result, random_operands, tolerance
 
 SMALL = Problem(67, 45, 300)
 LARGE = Problem(700, 600, 900)  # above FULL_CHECK_FLOPS: the sampled check
@@ -187,3 +187,15 @@ def test_default_f16_kernel_at_k_1_verifies_every_time(gpu, problem):
         assert verdict.ok, f"seed {seed}: {verdict.reason}"
     A, B, C = rounded_f16(problem, 9)
     np.testing.assert_array_equal(kernel(A, B), C)
+
+
+def test_a_correctly_rounded_f16_result_passes_the_sampled_check():
+    """The sampled check sums each element's rounding to f16 with the test vector's
+    weights: that sum must be bounded, not estimated (a root-sum-square of the
+    roundings refused about one such result in two at 16 x 4096 x 4096)."""
+    problem = Problem(16, 4096, 4096, "f16", "nt")
+    for seed in range(4):
+        reference = Reference(problem, seed=seed)
+        assert not reference.full
+        exact = reference.A.astype(np.float64) @ reference.B.astype(np.float64).T
+        assert reference.check(exact.astype(np.float16)).ok
