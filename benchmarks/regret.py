@@ -1,24 +1,26 @@
-"""Shape generalisation: how much slower is the nearest tuned shape's kernel than tuning?
+"""Shape generalisation: how much slower is what lookup serves from other tuned shapes
+than tuning the shape itself?
 
     python benchmarks/regret.py --tuned 1024x1024x1024 --tuned 4096x4096x4096 \
         --held 2048x2048x2048 --held 1536x4096x1024 --timeout 30 --out regret.json
 
 The --tuned shapes are tuned into a fresh cache; each --held shape (never tuned with the
-others) is then served by `lookup`'s nearest-shape fallback from that cache, and tuned
-itself into another fresh cache; both kernels are timed back to back on the same data.
-Regret = time of the nearest-shape kernel / time of the kernel tuned for the shape - 1.
+others) is then served by `lookup`'s fallback from that cache alone (the configs ranked
+by predicted time, the best few timed at the shape: `estimated`), and tuned itself into
+another fresh cache; both kernels are timed back to back on the same data.
+Regret = time of the served kernel / time of the kernel tuned for the shape - 1.
 
     python benchmarks/regret.py --leave-one-out cache/ --out regret.json
 
 uses tuned entries already in a cache folder instead (no tuning): each plain f32 shape
-tuned there is held out in turn, served by the nearest of the others, and timed against
-its own entry.
+tuned there is held out in turn, served from the others, and timed against its own entry.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -27,7 +29,7 @@ import autotune
 from autotune import cache
 from autotune.device import versions
 from autotune.kernel import Kernel
-from autotune.lookup import _nearest
+from autotune.lookup import ESTIMATE_S, _estimate
 from autotune.measure import measure
 from autotune.problem import parse_shape, shape_distance
 from autotune.verify import Reference
@@ -64,10 +66,12 @@ def time_pair(problem, near, mine, gpu) -> dict:
 
 
 def nearest(problem, folder, gpu, checks):
-    """lookup's nearest-shape fallback, from `folder` alone (lookup itself would also
-    read the shipped cache/, which may hold the held-out shape)."""
+    """lookup's fallback for a shape without an entry, from `folder` alone (lookup itself
+    would also read the shipped cache/, which may hold the held-out shape). It keeps its
+    estimate in `folder`: give each held-out shape a folder of its own."""
     store = cache.DeviceCache(folder, gpu.fingerprint.as_dict(), versions())
-    kernel = _nearest(problem, checks, [store], gpu, gpu.limits, Reference(problem))
+    reference = Reference(problem)
+    kernel = _estimate(problem, checks, [store], gpu, gpu.limits, reference, False, ESTIMATE_S)
     if kernel is None:
         raise SystemExit(f"no tuned shape in {folder} computes {problem} correctly")
     return kernel
@@ -86,7 +90,9 @@ def tuned_and_held(args, gpu, checks, tuned_dir, own_dir):
         tune(parse_shape(shape), tuned_dir)
     for shape in args.held:
         problem = parse_shape(shape)
-        near = nearest(problem, tuned_dir, gpu, checks)
+        alone = Path(own_dir) / "served" / shape  # the tuned shapes, and this one's estimate
+        shutil.copytree(tuned_dir, alone)
+        near = nearest(problem, alone, gpu, checks)
         own = tune(problem, own_dir)
         mine = Kernel(problem, own.entry.config, "exact", checks=checks, gpu=gpu, entry=own.entry)
         yield problem, near, mine, own.search.seconds
