@@ -522,6 +522,7 @@ def _lookup(args, problems, console: Console) -> int:
         "config": kernel.config.as_dict(),
         "device": kernel.gpu.summary,
         "tuned_for": entry.key.problem.shape if entry else None,
+        "estimated": bool(entry and entry.estimated),  # chosen at this shape, not searched
         "median_s": entry.median_s if entry else None,
         "gflops": entry.gflops if entry else None,
     }

@@ -94,8 +94,8 @@ class Entry:
     tuning_s: float = 0.0
     date: str = ""
     origin: str = ""  # where it was measured: the tuning machine's host name, or a file
-    # Chosen by lookup among a few configs timed at this shape, not searched. Lookup
-    # serves the problem's fastest entry, tuned or estimated.
+    # Chosen by lookup among a few configs timed at this shape, not searched: a tuned
+    # entry of the problem replaces it in its slot and is served before it.
     estimated: bool = False
 
     @property
@@ -391,12 +391,14 @@ def _slot(text_key: str) -> tuple[str, ...] | None:
 
 
 def _is_faster(text_key: str, old: object, new: Entry, replacing: Sequence[dict] = ()) -> bool:
-    """True when a stored entry of `new`'s slot is another current config that measured
-    faster (it stays)."""
+    """True when a stored entry of `new`'s slot stays: another current config that
+    measured faster, or a tuned entry where `new` is an estimate."""
     try:
         stored = Entry.from_json(text_key, old)
     except (ValueError, SpaceError):
         return False
+    if stored.estimated != new.estimated:  # a tuned entry always wins over an estimate
+        return not stored.estimated and is_current(stored)
     return (
         stored.params != new.params
         and stored.params not in replacing

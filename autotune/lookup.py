@@ -24,7 +24,7 @@ from .data import BUILT_IN
 from .device import Gpu, get_gpu, portable_limits, versions
 from .kernel import Kernel, check_fits, check_operands
 from .key import Key
-from .measure import measure
+from .measure import TooSlow, measure
 from .problem import Problem, ProblemError
 from .render import render
 from .space import Config, check_runnable, load_space
@@ -69,12 +69,13 @@ def _ranked(problem, checks, stores, gpu, limits) -> list[predict.Candidate]:
     family's known-good configs, valid at `problem`, fastest predicted first."""
     fits = _fits(limits, problem)
     variants = {p.variant for p in problem.answered_by}
-    measured = [e for store in stores for e in store.entries().values() if cache.is_current(e)]
-    usable = [
+    measured = [
         e
-        for e in measured
-        if e.key.checks == checks and e.key.problem.variant in variants and fits(e)
-    ]
+        for store in stores
+        for e in store.entries().values()
+        if e.key.checks == checks and not e.estimated and cache.is_current(e)
+    ]  # (the roof from tuned entries only: an estimate's three short passes are noisier)
+    usable = [e for e in measured if e.key.problem.variant in variants and fits(e)]
     seeds = [c for t in BUILT_IN for c in load_space(t).seed_configs(problem, limits)]
     units = predict.compute_units(gpu.fingerprint.device)
     return predict.ranked(problem, usable, seeds, units, predict.Roof.of(measured))
@@ -88,19 +89,28 @@ def _first_verified(candidates, problem, checks, gpu, reference) -> Kernel | Non
     return None
 
 
-def _timed(candidates, problem, checks, gpu, reference, budget_s) -> list[tuple]:
-    """(seconds, kernel, verdict) for the shortlist's configs that verify, each timed
+def _timed(shortlisted, problem, checks, gpu, reference, budget_s) -> list[tuple]:
+    """(measurement, kernel, verdict) for the shortlisted configs that verify, each timed
     here; at least one verified config is timed, the others while the budget lasts."""
     deadline = time.monotonic() + budget_s
     timed = []
-    for candidate in predict.shortlist(candidates, SHORTLIST):
-        if timed and time.monotonic() > deadline:
+    for candidate in shortlisted:
+        left = deadline - time.monotonic()
+        if timed and left <= 0:
             break
         found = _verified(problem, candidate.config, "estimated", checks, gpu, reference)
-        if found is not None:
-            kernel, verdict = found
-            seconds = measure(kernel._compiled, gpu, min_pass_s=0.002, passes=3)
-            timed.append((seconds, kernel, verdict))
+        if found is None:
+            continue
+        kernel, verdict = found
+        slowest = min(timed, key=lambda t: t[0].median_s)[0].median_s * 4 if timed else None
+        try:  # a candidate 4x slower than the best so far in one dispatch is dropped
+            measurement = measure(
+                kernel._compiled, gpu, min_pass_s=0.002, passes=3,
+                budget_s=max(left, 0.2), max_dispatch_s=slowest, max_warmup_s=0.1,
+            )  # fmt: skip
+        except TooSlow:
+            continue
+        timed.append((measurement, kernel, verdict))
     return timed
 
 
@@ -128,9 +138,11 @@ def _estimate(problem, checks, stores, gpu, limits, reference, portable, budget_
     ranked = _ranked(problem, checks, stores, gpu, limits)
     if budget_s <= 0:
         return _first_verified(ranked, problem, checks, gpu, reference)
-    timed = _timed(ranked, problem, checks, gpu, reference, budget_s)
+    shortlisted = predict.shortlist(ranked, SHORTLIST)
+    timed = _timed(shortlisted, problem, checks, gpu, reference, budget_s)
     if not timed:  # none of the shortlist computes it correctly here: the rest, in order
-        return _first_verified(ranked[SHORTLIST:], problem, checks, gpu, reference)
+        rest = [c for c in ranked if c not in shortlisted]
+        return _first_verified(rest, problem, checks, gpu, reference)
     measurement, kernel, verdict = min(timed, key=lambda t: t[0].median_s)
     entry = _estimated_entry(
         problem, kernel, measurement, verdict, portable, time.monotonic() - started
@@ -166,6 +178,18 @@ def default_kernel(
     raise ProblemError("shape", f"no default kernel computes {problem} correctly on this device")
 
 
+def _cached(problem, checks, stores, fits) -> cache.Entry | None:
+    """The problem's fastest tuned entry in the first store that has one; else its
+    estimate, likewise (an estimate never hides a tuned entry of a later store)."""
+    for tuned in (True, False):
+        for store in stores:
+            accept = lambda e, tuned=tuned: e.estimated != tuned and fits(e)  # noqa: E731
+            entry = store.best(problem, checks, accept)
+            if entry is not None:
+                return entry
+    return None
+
+
 @functools.lru_cache(maxsize=256)
 def _lookup(
     problem: Problem,
@@ -177,11 +201,10 @@ def _lookup(
 ) -> Kernel:
     limits = portable_limits(gpu.limits) if portable else gpu.limits
     stores = _stores(gpu, cache_dir)
-    for store in stores:
-        entry = store.best(problem, checks, accept=_fits(limits, problem))
-        if entry is not None:
-            source = "estimated" if entry.estimated else "exact"
-            return Kernel(problem, entry.config, source, checks=checks, gpu=gpu, entry=entry)
+    entry = _cached(problem, checks, stores, _fits(limits, problem))
+    if entry is not None:
+        source = "estimated" if entry.estimated else "exact"
+        return Kernel(problem, entry.config, source, checks=checks, gpu=gpu, entry=entry)
     check_runnable(problem, limits, BUILT_IN)
     reference = Reference(problem)  # one set of data for every kernel tried below
     estimated = _estimate(problem, checks, stores, gpu, limits, reference, portable, estimate_s)
@@ -253,6 +276,7 @@ def matmul(
     trans_b: bool = False,
     accumulate: str = "auto",
     checks: bool = True,
+    estimate: bool = True,
 ) -> np.ndarray:
     """activation(alpha * op(A) @ op(B) + beta * C + bias) on the GPU with the best known
     kernel for the problem; returns a new array (C is read, not written).
@@ -260,7 +284,8 @@ def matmul(
     trans_b=True: B is stored N x K (a linear layer's weight, y = x @ W.T); trans_a=True:
     A is stored K x M. A 3-D A is a batch, with a 3-D B (one per item) or a 2-D B (shared).
     f16 arrays run in f16 (the adapter needs shader-f16), accumulating in whichever type
-    was fastest when tuned, or as `accumulate` ("f32", "f16") says.
+    was fastest when tuned, or as `accumulate` ("f32", "f16") says. `estimate`: as in
+    lookup (False: a new shape costs no timing and writes nothing to the cache).
     """
     arrays, problem = check_operands(
         A,
@@ -274,7 +299,9 @@ def matmul(
         activation=activation,
     )
     checks = check_flag("checks", checks)
-    kernel = lookup(**(problem.arguments | {"accumulate": accumulate}), checks=checks)
+    kernel = lookup(
+        **(problem.arguments | {"accumulate": accumulate}), checks=checks, estimate=estimate
+    )
     return kernel(
         arrays["A"],
         arrays["B"],

@@ -1,11 +1,12 @@
-"""Representatives: which of a model's GEMMs to tune, the others served by the nearest.
+"""Representatives: which of a model's GEMMs to tune, the others served from them.
 
-`lookup` serves a problem nobody tuned with the kernel of the nearest tuned shape of the
-same variant (re-verified at its own shape). How much slower that is than tuning the
-shape (the regret) was measured on the H200 by holding out each shape of the benchmark
-suite in turn (`benchmarks/regret.py --leave-one-out`): every shape whose nearest tuned
-neighbour lay within a distance of 1.7 (see `shape_distance`) lost at most 4%, while at
-2.1 and beyond some lost 20-63%. `DEFAULT_RADIUS` keeps a margin below that.
+`lookup` serves a problem nobody tuned from the tuned kernels of the device (ranked by
+predicted time, the best few timed at its own shape, see autotune.predict). How much
+slower the nearest tuned shape's kernel was than tuning the shape (the regret) was
+measured on the H200 by holding out each shape of the benchmark suite in turn
+(`benchmarks/regret.py --leave-one-out`): every shape whose nearest tuned neighbour lay
+within a distance of 1.7 (see `shape_distance`) lost at most 4%, while at 2.1 and
+beyond some lost 20-63%. `DEFAULT_RADIUS` keeps a margin below that.
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ def fill(config: Config, problem: Problem, units: int) -> float:
     """The share of the GPU's workgroup slots `config`'s launch at `problem` keeps busy
     over its waves, in (0, 1]."""
     plan = load_space(config.template).plan(config, problem)
-    work = max(plan.passes, key=lambda p: math.prod(p.grid))  # the pass that does the GEMM
+    work = plan.passes[0]  # the GEMM (split-K's reduction comes after it)
     groups = math.prod(work.grid)
     slots = units * max(1, min(8, THREADS_PER_UNIT // work.invocations))
     return groups / (math.ceil(groups / slots) * slots)
@@ -109,7 +109,9 @@ def ideal_seconds(config: Config, problem: Problem, units: int, roof: Roof) -> f
     busy = fill(config, problem, units)
     share = busy * tile_use(config, problem) * thread_intensity(config)
     arithmetic = problem.flops / (roof.flops_per_s * share)
-    return max(arithmetic, moved_bytes(problem) / (roof.bytes_per_s * busy))
+    plan = load_space(config.template).plan(config, problem)
+    scratch = 2 * sum(w.size for w in plan.workspaces)  # written, then read back
+    return max(arithmetic, (moved_bytes(problem) + scratch) / (roof.bytes_per_s * busy))
 
 
 def ranked(
@@ -131,15 +133,17 @@ def ranked(
         if config not in candidates:
             predicted = ideal_seconds(config, problem, units, roof) / SEED_SHARE
             candidates[config] = Candidate(config, predicted, None)
-    return sorted(candidates.values(), key=lambda c: (c.predicted_s, c.config))
+    # stable: equal predictions keep the seeds' order (each space's fastest known first)
+    return sorted(candidates.values(), key=lambda c: c.predicted_s)
 
 
 def shortlist(candidates: list[Candidate], size: int) -> list[Candidate]:
-    """The `size` to time: each template's best first (a family the model misjudges
-    still gets measured), then the rest in predicted order."""
+    """The `size` to time: the best of the best-ranked families first (up to half the
+    places: a family the model misjudges still gets measured), then the rest in
+    predicted order."""
     firsts = {}
     for candidate in candidates:
         firsts.setdefault(candidate.config.template, candidate)
-    chosen = sorted(firsts.values(), key=lambda c: c.predicted_s)[:size]
+    chosen = sorted(firsts.values(), key=lambda c: c.predicted_s)[: max(1, size // 2)]
     rest = [c for c in candidates if c not in chosen]
     return sorted(chosen + rest[: max(0, size - len(chosen))], key=lambda c: c.predicted_s)

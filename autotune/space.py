@@ -418,6 +418,8 @@ def _extended(data: dict, template: str) -> dict:
     `drop` lists constraints of the base the extension does not keep."""
     base_name = data.get("extends")
     if base_name is None:
+        if "drop" in data:
+            raise SpaceError(f"search space {template!r}: drop without extends")
         return data
     if base_name == template or not isinstance(base_name, str):
         raise SpaceError(f"search space {template!r}: extends {str(base_name)[:40]!r}")
@@ -431,9 +433,10 @@ def _extended(data: dict, template: str) -> dict:
             raise SpaceError(f"search space {template!r}: {table} must be a dict")
         merged[table] = base.get(table, {}) | own
     drop = data.get("drop", [])
-    unknown = [name for name in drop if name not in merged["constraints"]]
-    if not isinstance(drop, list) or unknown:
-        raise SpaceError(f"search space {template!r}: drop names no constraint of {base_name!r}")
+    if not isinstance(drop, list) or not all(
+        isinstance(name, str) and name in merged["constraints"] for name in drop
+    ):
+        raise SpaceError(f"search space {template!r}: drop must list constraints of {base_name!r}")
     for name in drop:
         del merged["constraints"][name]
     return merged

@@ -201,7 +201,7 @@ def tune_many(
 ) -> list[TuneResult]:
     """Tune each problem (each once, in order), every argument checked before the first
     starts. With `radius`, only a model's representatives are tuned (model.
-    choose_representatives): lookup serves the others with their nearest tuned shape.
+    choose_representatives): lookup serves the others from the tuned kernels.
     `on_start(problem, index)` is called as each problem starts; `options` as in tune().
     """
     if (

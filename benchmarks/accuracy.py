@@ -4,7 +4,7 @@
 
 For each mode (f16 inputs and output accumulated in f32, the same accumulated in f16,
 and the f32 kernel on the same f16-rounded inputs as a yardstick) it looks up the best
-kernel this device has (tuned, nearest or default; `accumulate` pinned), runs it once on
+kernel this device has (tuned, estimated or default; `accumulate` pinned), runs it once on
 random inputs in [-1, 1] and prints the relative Frobenius error ||C - R|| / ||R|| and
 the largest element error relative to that element's scale sqrt(sum a^2 b^2) (the
 measure autotune's verification bounds), R being the float64 product.

@@ -23,6 +23,13 @@ if [[ $# -ne 1 ]]; then
 fi
 out="$1"
 mkdir -p "$out"
+# lookup keeps what it estimates at a shape without an entry in $AUTOTUNE_CACHE (in a
+# checkout: cache/, the shipped file): a folder of this run's own, unless one is given,
+# so that every run starts from the shipped entries alone.
+if [[ -z "${AUTOTUNE_CACHE:-}" ]]; then
+    AUTOTUNE_CACHE="$(mktemp -d)"
+    export AUTOTUNE_CACHE
+fi
 
 times=()  # "folder seconds" of each table, printed before the summary
 bench() {

@@ -18,7 +18,7 @@ runtime checks on and off (--checks on|off|both), timed with device timestamps
 (autotune.measure) in passes of >= 20 ms; every WGSL result is verified against float64
 NumPy first. Each cell: TFLOP/s, the ratio to cuBLAS, the TB/s of the bytes the GEMM
 must move (A, B and C once; memory-bound rows are judged against timing.BOUNDS), and
-lookup's source (exact, nearest, ...) and template. Per set: the geometric mean and the
+lookup's source (exact, estimated, ...) and template. Per set: the geometric mean and the
 minimum of the ratios. Writes bench.json (with provenance), bench.md and bench.png.
 
 With --tune SECONDS, every row's problem is first tuned in each mode (`autotune.tune`,

@@ -347,3 +347,20 @@ def test_merge_out_with_a_nul_character_is_refused(tmp_path):
         with pytest.raises(cache.MergeError, match="contains a NUL character"):
             cache.merge([a], out)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]
+
+
+def test_a_tuned_entry_replaces_an_estimate_and_an_estimate_never_a_tuned_one(tmp_path):
+    from entries import seed_entry
+
+    store = cache.DeviceCache(tmp_path, FINGERPRINT, VERSIONS)
+    problem = Problem(16, 16, 16)
+    blocked = load_space("blocked").seed_configs(problem)
+    fast, slow = (
+        seed_entry(problem, "blocked", params=c.as_dict(), key=Key.of(problem, c, True))
+        for c in blocked[-2:]
+    )
+    assert store.put(replace(fast, median_s=1e-6, estimated=True))
+    assert store.put(replace(slow, median_s=1e-3))  # slower, but tuned: it replaces
+    assert not store.put(replace(fast, median_s=1e-7, estimated=True))  # faster, estimated
+    (only,) = store.entries().values()
+    assert not only.estimated and only.params == slow.params

@@ -155,3 +155,29 @@ def test_malformed_space_files_are_refused(text, words):
 def test_unknown_template():
     with pytest.raises(SpaceError, match="known: blocked, blockedx, .*naive, .*tiled"):
         load_space("../etc/passwd")
+
+
+@pytest.mark.parametrize(
+    "table, why",
+    [
+        ('drop = ["x"]', "drop without extends"),
+        ('extends = "blockedx"\ndrop = ["no_such_rule"]', "drop must list constraints"),
+        ('extends = "blockedx"\ndrop = 5', "drop must list constraints"),
+        ('extends = "blockedx"\ndrop = [{a = 1}]', "drop must list constraints"),
+        ('extends = "splitk"', "extends another"),
+        ('extends = "mine"', "extends 'mine'"),
+    ],
+)
+def test_an_extension_is_checked(table, why):
+    text = f"{table}\n[params]\nX = [1]\n"
+    with pytest.raises(SpaceError, match=why):
+        Space.from_toml(text, "mine")
+
+
+def test_an_extension_takes_the_base_s_rules_and_drops_what_it_names():
+    text = 'extends = "blockedx"\ndrop = ["variant_problems_only"]\nvariants = true\n'
+    text += "[params]\nX = [1, 2]\n"
+    space = Space.from_toml(text, "mine")
+    assert set(space.params) == set(load_space("blockedx").params) | {"X"}
+    assert "variant_problems_only" not in {c.name for c in space.constraints}
+    assert space.first_config(Problem(64, 64, 64)) is not None  # the plain problem too

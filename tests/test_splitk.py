@@ -38,6 +38,22 @@ def test_the_known_good_configs_compute_the_product(gpu, problem):
     _verified(gpu, problem, configs)
 
 
+@pytest.mark.parametrize(
+    "problem",
+    [
+        Problem(20, 24, 328, "f32", "nn", 2, False, "alpha,beta"),
+        Problem(20, 24, 328, "f32", "nt", 2, True, "bias"),
+        Problem(16, 32, 256, "f32", "tt", 2, False, "relu"),
+        Problem(16, 32, 256, "f32", "tn", 2, True),
+    ],
+    ids=str,
+)
+def test_each_layout_and_batch_gets_its_range_of_k(gpu, problem):
+    """The K-range offsets differ per layout (a row of A or B, or a step along its
+    rows) and per batch item: the smallest known-good config of each, at two items."""
+    _verified(gpu, problem, SPLITK.seed_configs(problem, gpu.limits)[-1:])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "problem",
