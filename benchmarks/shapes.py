@@ -10,7 +10,8 @@
 
 With AUTOTUNE_BENCH_QUICK=1 (all.sh --quick) a set keeps its first QUICK_ROWS problems
 and every size is shrunk to a tiny one of the same character (1-16 stay, larger ones
-become 16 + size // 64), for a dry run on a CPU adapter in seconds.
+become 16 + size // 64), and lookup serves a shape without an entry its best ranked
+config untimed (`estimate=False`), for a dry run on a CPU adapter in seconds.
 """
 
 from __future__ import annotations
