@@ -40,6 +40,17 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.gpu)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_writes_into_the_checkout(tmp_path_factory):
+    """lookup keeps what it estimates in the default cache folder, which in a checkout is
+    the shipped cache/: the tests' lookups keep theirs in a folder of the session's own
+    (a test's `cache_dir` replaces it for that test)."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("AUTOTUNE_CACHE", str(tmp_path_factory.mktemp("session-cache")))
+    yield
+    patch.undo()
+
+
 @pytest.fixture(scope="session")
 def gpu():
     if not device.has_adapter():
