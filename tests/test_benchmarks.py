@@ -138,3 +138,16 @@ def test_regret_serves_each_held_out_shape_from_the_others(gpu, tmp_path):
     rows = json.loads((tmp_path / "r.json").read_text())["rows"]
     assert sorted(r["shape"] for r in rows) == ["32x24x20", "40x32x24"]
     assert all(r["nearest_source"] == "estimated" and r["nearest_s"] > 0 for r in rows)
+
+
+def test_short_against_long_tune_resumes_the_long_one_across_runs(gpu, cache_dir, tmp_path):
+    """A long tune split over two runs (its study kept in the folder), then both kernels
+    timed: the row appears only once the long tune has had all its seconds."""
+    args = ["--shape", "24x20x16", "--short", "1", "--long", "2", "--chunk", "1", "--out", "d"]
+    first = run_script("short_vs_long.py", *args, cwd=tmp_path)
+    assert "not finished" in first and not (tmp_path / "d" / "rows.json").exists()
+    assert json.loads((tmp_path / "d" / "state.json").read_text())["24x20x16"]["long_s"] == 1
+    second = run_script("short_vs_long.py", *args, cwd=tmp_path)
+    (row,) = json.loads((tmp_path / "d" / "rows.json").read_text())
+    assert row["tuning"]["long_s"] == 2 and row["short_kernel_s"] > 0 and row["long_kernel_s"] > 0
+    assert "| 24x20x16 f32 nn |" in second and "not finished" not in second

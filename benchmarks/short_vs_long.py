@@ -1,0 +1,141 @@
+"""Does a short tune reach a long one? Per shape, a tune of SHORT seconds and one of LONG
+seconds, each into a cache of its own, then both kernels timed back to back on the same
+data in alternating rounds: gap = short / long - 1 (within 3%: gap <= 0.03).
+
+    python benchmarks/short_vs_long.py --shape 2048x2048x2048 --shape 64x11008x4096 \
+        --shape 1x4096x4096 --short 60 --long 600 --chunk 280 --out DIR
+
+The long tunes keep their Optuna study in DIR (SQLite), so a run may stop after CHUNK
+seconds of search and the next run with the same DIR carries on where it stopped, until
+LONG seconds were searched: a 10-minute tune fits calls of a few minutes. DIR/state.json
+counts the seconds spent; a shape whose two tunes are done is timed and written to
+DIR/rows.json, and the table of every finished shape is printed last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent.parent))  # this checkout's autotune
+
+from timing import verified, wgsl_timing  # noqa: E402
+
+import autotune  # noqa: E402
+from autotune.lookup import forget  # noqa: E402
+from autotune.problem import parse_shape  # noqa: E402
+from autotune.verify import Reference  # noqa: E402
+
+ROUNDS = 3  # alternating rounds of timing per kernel
+
+
+def tune_for(problem, seconds: float, folder: Path, storage: str | None, gpu) -> float:
+    """Tune `problem` for `seconds` of search into `folder`; the wall time it took."""
+    started = time.monotonic()
+    autotune.tune(
+        **problem.arguments, trials=None, timeout=seconds, checks=False,
+        cache_dir=folder, storage=storage, gpu=gpu,
+    )  # fmt: skip
+    return time.monotonic() - started
+
+
+def advance(problem, args, state: dict, budget: float, gpu) -> float:
+    """The short tune if not done, then the long one's next `budget` seconds at most;
+    the seconds of long search spent."""
+    shape = problem.shape
+    done = state.setdefault(shape, {"short_s": 0.0, "long_s": 0.0, "wall_s": {}})
+    if not done["short_s"]:
+        done["wall_s"]["short"] = tune_for(problem, args.short, args.out / f"short-{shape}",
+                                           None, gpu)  # fmt: skip
+        done["short_s"] = args.short
+    left = min(args.long - done["long_s"], budget)
+    if left <= 0:
+        return 0.0
+    storage = f"sqlite:///{args.out / f'long-{shape}.db'}"
+    wall = tune_for(problem, left, args.out / f"long-{shape}", storage, gpu)
+    done["long_s"] += left
+    done["wall_s"]["long"] = done["wall_s"].get("long", 0.0) + wall
+    return left
+
+
+def time_both(problem, args, gpu) -> dict:
+    """Both tunes' kernels, verified, timed in alternating rounds on the same data."""
+    reference = Reference(problem, seed=0)
+    kernels = {}
+    for name in ("short", "long"):
+        forget()
+        kernel = autotune.lookup(**problem.arguments, checks=False, gpu=gpu, estimate=False,
+                                 cache_dir=args.out / f"{name}-{problem.shape}")  # fmt: skip
+        assert kernel.source == "exact", f"{name} tune of {problem} kept nothing"
+        kernels[name] = (kernel.config, verified(kernel.config, problem, gpu, False, reference))
+    rounds = {"short": [], "long": []}
+    for _ in range(ROUNDS):
+        for name, (_, ready) in kernels.items():
+            rounds[name].append(wgsl_timing(ready, gpu, reference)["seconds"])
+    short, long = (statistics.median(rounds[n]) for n in ("short", "long"))
+    return {
+        "shape": problem.shape,
+        "problem": str(problem),
+        "short_config": str(kernels["short"][0]),
+        "long_config": str(kernels["long"][0]),
+        "short_kernel_s": short,
+        "long_kernel_s": long,
+        "gap": short / long - 1,
+    }
+
+
+def table(rows: list[dict], args) -> str:
+    lines = [
+        f"short tune {args.short:g} s of search against long tune {args.long:g} s, checks off",
+        "| problem | short: kernel ms | long: kernel ms | gap | within 3% |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['problem']} | {r['short_kernel_s'] * 1e3:.4g} | {r['long_kernel_s'] * 1e3:.4g}"
+            f" | {r['gap']:+.1%} | {'yes' if r['gap'] <= 0.03 else 'no'} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shape", action="append", required=True, metavar="MxNxK")
+    parser.add_argument("--layout", default="nn", choices=("nn", "nt", "tn", "tt"))
+    parser.add_argument("--dtype", default="f32", choices=("f32", "f16"))
+    parser.add_argument("--short", type=float, default=60.0, help="seconds of search")
+    parser.add_argument("--long", type=float, default=600.0, help="seconds of search")
+    parser.add_argument("--chunk", type=float, default=None,
+                        help="seconds of long search in this run (default: all of it)")  # fmt: skip
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    if not 0 < args.short <= args.long:
+        parser.error("--short and --long must be seconds with 0 < short <= long")
+    args.out.mkdir(parents=True, exist_ok=True)
+    state_file, rows_file = args.out / "state.json", args.out / "rows.json"
+    state = json.loads(state_file.read_text()) if state_file.exists() else {}
+    rows = json.loads(rows_file.read_text()) if rows_file.exists() else []
+    gpu = autotune.get_gpu()
+    budget = args.chunk if args.chunk else args.long * len(args.shape)
+    for shape in args.shape:
+        problem = parse_shape(shape, args.dtype, layout=args.layout)
+        if any(r["shape"] == problem.shape for r in rows):
+            continue
+        budget -= advance(problem, args, state, budget, gpu)
+        state_file.write_text(json.dumps(state, indent=1))
+        if state[problem.shape]["long_s"] >= args.long:
+            rows.append(time_both(problem, args, gpu) | {"tuning": state[problem.shape]})
+            rows_file.write_text(json.dumps(rows, indent=1))
+    print(table(rows, args))
+    left = [s for s in args.shape if not any(r["shape"] == s for r in rows)]
+    if left:
+        print(f"not finished (run again with the same --out): {', '.join(left)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
