@@ -65,17 +65,17 @@ def _verified(problem, config: Config, source, checks, gpu, reference, entry=Non
 
 
 def _ranked(problem, checks, stores, gpu, limits) -> list[predict.Candidate]:
-    """Every config this device's caches measured (at any shape, in this mode) and each
-    family's known-good configs, valid at `problem`, fastest predicted first."""
+    """Every config this device's caches measured (at any shape and, in the same element
+    type, any layout, batch or epilogue; in this mode) and each family's known-good
+    configs, valid at `problem`, fastest predicted first."""
     fits = _fits(limits, problem)
-    variants = {p.variant for p in problem.answered_by}
     measured = [
         e
         for store in stores
         for e in store.entries().values()
         if e.key.checks == checks and not e.estimated and cache.is_current(e)
     ]  # (the roof from tuned entries only: an estimate's three short passes are noisier)
-    usable = [e for e in measured if e.key.problem.variant in variants and fits(e)]
+    usable = [e for e in measured if e.key.problem.dtype == problem.dtype and fits(e)]
     seeds = [c for t in BUILT_IN for c in load_space(t).seed_configs(problem, limits)]
     units = predict.compute_units(gpu.fingerprint.device)
     return predict.ranked(problem, usable, seeds, units, predict.Roof.of(measured))

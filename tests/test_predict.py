@@ -134,3 +134,17 @@ def test_a_tuned_entry_anywhere_is_served_before_an_estimate(gpu, tmp_path):
     entry = _cached(problem, True, [mine, shipped], lambda e: True)
     assert entry.key.template == "tiled" and not entry.estimated
     assert _cached(problem, True, [mine], lambda e: True).estimated
+
+
+def test_a_config_measured_for_another_layout_is_a_candidate_a_little_slower():
+    """f16 `nt` at a new shape may use what f16 `nn` measured (the same blocking): with
+    no `nt` entry it would have only seeds to choose from."""
+    nn, nt = Problem(512, 4096, 4096, "f16"), Problem(512, 4096, 4096, "f16", "nt")
+    config = load_space("blockedx").seed_configs(nt)[0]
+    assert not load_space("blockedx").why_invalid(config, nn)
+    entry = seed_entry(nn, "blockedx", key=cache.Key.of(nn, config, True),
+                       params=config.as_dict(), median_s=1e-3)  # fmt: skip
+    roof = predict.Roof.of([entry])
+    (same,) = predict.ranked(nn, [entry], [], H200, roof)
+    (other,) = predict.ranked(nt, [entry], [], H200, roof)
+    assert other.entry is entry and other.predicted_s == pytest.approx(1.25 * same.predicted_s)
