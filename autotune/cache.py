@@ -319,6 +319,8 @@ class DeviceCache:
                 return False
             for text in rivals:  # one entry per slot: the new one replaces slower or stale ones
                 del entries[text]
+            if entry.estimated:
+                _drop_oldest_estimates(entries, MAX_ESTIMATES - 1)
             entries[str(entry.key)] = entry.to_json()
             data = {
                 "schema": SCHEMA,
@@ -388,6 +390,20 @@ def _slot(text_key: str) -> tuple[str, ...] | None:
         return Key.parse(text_key).slot
     except ValueError:
         return None
+
+
+# Estimates one file keeps: shapes that change on every call (a growing sequence) would
+# otherwise grow the file, and the time of each write under the lock, without end. The
+# oldest go first (an estimate costs about 2 s to make again).
+MAX_ESTIMATES = 1000
+
+
+def _drop_oldest_estimates(entries: dict, keep: int) -> None:
+    estimated = [t for t, e in entries.items() if isinstance(e, dict) and e.get("estimated")]
+    if len(estimated) > keep:
+        estimated.sort(key=lambda t: str(entries[t].get("date", "")))
+        for text in estimated[: len(estimated) - keep]:
+            del entries[text]
 
 
 def _is_faster(text_key: str, old: object, new: Entry, replacing: Sequence[dict] = ()) -> bool:

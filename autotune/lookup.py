@@ -242,7 +242,9 @@ def lookup(
 
     Without an entry for this problem, the configs ranked fastest by predicted time are
     timed here (about ESTIMATE_S seconds) and the fastest is cached as `estimated`;
-    `estimate=False` serves the first ranked config that verifies, untimed ("predicted").
+    `estimate=False` serves the first ranked config that verifies, untimed ("predicted"):
+    for shapes that change on every call (a growing sequence), or round M up to a few
+    sizes. A cache file keeps its newest cache.MAX_ESTIMATES estimates.
     `kernel.source` says which ("exact", "estimated", "predicted", "default"; see
     autotune.Kernel); call the kernel with NumPy arrays.
     """

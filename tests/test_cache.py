@@ -364,3 +364,18 @@ def test_a_tuned_entry_replaces_an_estimate_and_an_estimate_never_a_tuned_one(tm
     assert not store.put(replace(fast, median_s=1e-7, estimated=True))  # faster, estimated
     (only,) = store.entries().values()
     assert not only.estimated and only.params == slow.params
+
+
+def test_a_file_keeps_its_newest_estimates_only(tmp_path, monkeypatch):
+    """Shapes that change on every call must not grow the file without end; tuned entries
+    are never dropped for an estimate."""
+    from entries import seed_entry
+
+    monkeypatch.setattr(cache, "MAX_ESTIMATES", 3)
+    store = cache.DeviceCache(tmp_path, FINGERPRINT, VERSIONS)
+    store.put(seed_entry(Problem(16, 16, 16)))
+    for m in range(1, 6):
+        date = f"2026-12-01T00:00:0{m}Z"
+        store.put(seed_entry(Problem(m, 16, 16), estimated=True, date=date))
+    kept = sorted(e.key.problem.M for e in store.entries().values() if e.estimated)
+    assert kept == [3, 4, 5] and len(store.entries()) == 4
