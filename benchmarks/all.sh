@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Every performance table of benchmarks/README.md, on the GPU machine, in one command
-# (a few minutes on the H200 with the cache warm; nothing is tuned here):
+# Every performance table of benchmarks/README.md in one command, on a GPU with PyTorch
+# beside autotune (7.5 minutes on the H200 for the 2026-12-01 tables; nothing is tuned):
 #
-#   benchmarks/all.sh OUT_DIR            # e.g. benchmarks/results/2026-12-01-h200-all
+#   benchmarks/all.sh OUT_DIR            # e.g. benchmarks/results/2026-12-01-h200-every-shape
 #   benchmarks/all.sh --quick OUT_DIR    # tiny shapes, short timings: a dry run anywhere
 #
 # One folder per table under OUT_DIR (bench.md / layer.md, with .json), then a summary.

@@ -1,6 +1,6 @@
 """The benchmark scripts, run as a user runs them, on this machine's adapter. The README's
-performance figures come from them, and the GPU they are meant for is lent only now and
-then, so they must not break in between. Without PyTorch their cuBLAS columns are NaN."""
+performance figures come from them on an H200, so they must keep working on any adapter
+in between. Without PyTorch their cuBLAS columns are NaN."""
 
 import json
 import math
