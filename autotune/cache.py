@@ -102,6 +102,25 @@ class Entry:
     def config(self) -> Config:
         return Config.make(self.key.template, self.params)
 
+    @classmethod
+    def measured(cls, key: Key, config: Config, measurement, error: float, **fields) -> Entry:
+        """The entry of `config` measured on this machine now (a measure.Measurement and
+        its verification error); `fields` fill the rest (trials, tuning_s, ...)."""
+        m = measurement
+        return cls(
+            key=key,
+            params=config.as_dict(),
+            median_s=m.median_s,
+            p20_s=m.p20_s,
+            p80_s=m.p80_s,
+            method=m.method,
+            gflops=m.gflops(key.problem.flops),
+            error=error,
+            date=today(),
+            origin=this_machine(),
+            **fields,
+        )
+
     def to_json(self) -> dict:
         data = asdict(self)
         data["key"] = str(self.key)

@@ -28,7 +28,7 @@ from .measure import TooSlow, measure
 from .problem import Problem, ProblemError
 from .render import render
 from .space import Config, check_runnable, load_space
-from .verify import Reference, Verdict, verify
+from .verify import Reference, verify
 
 ESTIMATE_S = 2.0  # what choosing among ranked configs at a new shape may take, about
 SHORTLIST = 6  # ranked configs timed at a new shape (each family's best among them)
@@ -81,9 +81,10 @@ def _ranked(problem, checks, stores, gpu, limits) -> list[predict.Candidate]:
     return predict.ranked(problem, usable, seeds, units, predict.Roof.of(measured))
 
 
-def _first_verified(candidates, problem, checks, gpu, reference) -> Kernel | None:
-    for candidate in candidates:
-        found = _verified(problem, candidate.config, "predicted", checks, gpu, reference)
+def _first_verified(configs, source, problem, checks, gpu, reference) -> Kernel | None:
+    """A Kernel of the first of `configs` that compiles and verifies at `problem`."""
+    for config in configs:
+        found = _verified(problem, config, source, checks, gpu, reference)
         if found is not None:
             return found[0]
     return None
@@ -102,7 +103,7 @@ def _timed(shortlisted, problem, checks, gpu, reference, budget_s) -> list[tuple
         if found is None:
             continue
         kernel, verdict = found
-        slowest = min(timed, key=lambda t: t[0].median_s)[0].median_s * 4 if timed else None
+        slowest = 4 * min(t[0].median_s for t in timed) if timed else None
         try:  # a candidate 4x slower than the best so far in one dispatch is dropped
             measurement = measure(
                 kernel._compiled, gpu, min_pass_s=0.002, passes=3,
@@ -114,39 +115,25 @@ def _timed(shortlisted, problem, checks, gpu, reference, budget_s) -> list[tuple
     return timed
 
 
-def _estimated_entry(problem, kernel, measurement, verdict: Verdict, portable, spent_s):
-    return cache.Entry(
-        key=Key.of(problem, kernel.config, kernel.checks, portable),
-        params=kernel.config.as_dict(),
-        median_s=measurement.median_s,
-        p20_s=measurement.p20_s,
-        p80_s=measurement.p80_s,
-        method=measurement.method,
-        gflops=measurement.gflops(problem.flops),
-        error=verdict.error,
-        tuning_s=spent_s,
-        date=cache.today(),
-        origin=cache.this_machine(),
-        estimated=True,
-    )
-
-
 def _estimate(problem, checks, stores, gpu, limits, reference, portable, budget_s):
     """The ranked configs' best at `problem`: timed within `budget_s` and cached (a
     budget of 0: the first that verifies, untimed)."""
     started = time.monotonic()
     ranked = _ranked(problem, checks, stores, gpu, limits)
     if budget_s <= 0:
-        return _first_verified(ranked, problem, checks, gpu, reference)
+        configs = [c.config for c in ranked]
+        return _first_verified(configs, "predicted", problem, checks, gpu, reference)
     shortlisted = predict.shortlist(ranked, SHORTLIST)
     timed = _timed(shortlisted, problem, checks, gpu, reference, budget_s)
     if not timed:  # none of the shortlist computes it correctly here: the rest, in order
-        rest = [c for c in ranked if c not in shortlisted]
-        return _first_verified(rest, problem, checks, gpu, reference)
+        rest = [c.config for c in ranked if c not in shortlisted]
+        return _first_verified(rest, "predicted", problem, checks, gpu, reference)
     measurement, kernel, verdict = min(timed, key=lambda t: t[0].median_s)
-    entry = _estimated_entry(
-        problem, kernel, measurement, verdict, portable, time.monotonic() - started
-    )
+    key = Key.of(problem, kernel.config, kernel.checks, portable)
+    entry = cache.Entry.measured(
+        key, kernel.config, measurement, verdict.error,
+        tuning_s=time.monotonic() - started, estimated=True,
+    )  # fmt: skip
     try:
         stores[0].put(entry)
     except (OSError, cache.CacheError) as error:  # served all the same, chosen again next time
@@ -171,10 +158,10 @@ def default_kernel(
     spaces = [load_space(t) for t in BUILT_IN]
     configs = [c for space in spaces for c in space.seed_configs(problem, limits)]
     configs += [space.first_config(problem, limits) for space in spaces]
-    for config in dict.fromkeys(c for c in configs if c is not None):
-        found = _verified(problem, config, "default", checks, gpu, reference)
-        if found is not None:
-            return found[0]
+    configs = dict.fromkeys(c for c in configs if c is not None)
+    kernel = _first_verified(configs, "default", problem, checks, gpu, reference)
+    if kernel is not None:
+        return kernel
     raise ProblemError("shape", f"no default kernel computes {problem} correctly on this device")
 
 

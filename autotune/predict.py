@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 
 from .cache import Entry
-from .plan import operand_bindings
+from .plan import Plan, operand_bindings
 from .problem import Problem
 from .space import Config, load_space
 
@@ -67,14 +67,10 @@ class Roof:
         moved = [moved_bytes(e.key.problem) / e.median_s for e in entries]
         return cls(max(flops, default=1e12), max(moved, default=1e11))
 
-    def seconds(self, problem: Problem) -> float:
-        return max(problem.flops / self.flops_per_s, moved_bytes(problem) / self.bytes_per_s)
 
-
-def fill(config: Config, problem: Problem, units: int) -> float:
-    """The share of the GPU's workgroup slots `config`'s launch at `problem` keeps busy
-    over its waves, in (0, 1]."""
-    plan = load_space(config.template).plan(config, problem)
+def fill(plan: Plan, units: int) -> float:
+    """The share of the GPU's workgroup slots a launch keeps busy over its waves, in
+    (0, 1]."""
     work = plan.passes[0]  # the GEMM (split-K's reduction comes after it)
     groups = math.prod(work.grid)
     slots = units * max(1, min(8, THREADS_PER_UNIT // work.invocations))
@@ -103,17 +99,18 @@ def thread_intensity(config: Config) -> float:
 
 def efficiency(config: Config, problem: Problem, units: int) -> float:
     """The share of the GPU's arithmetic the launch can use, in (0, 1]."""
-    return fill(config, problem, units) * tile_use(config, problem)
+    plan = load_space(config.template).plan(config, problem)
+    return fill(plan, units) * tile_use(config, problem)
 
 
 def ideal_seconds(config: Config, problem: Problem, units: int, roof: Roof) -> float:
     """The roofline time of `config` at `problem`: the arithmetic at the roof's FLOP/s
     on the share of the GPU it uses, or the bytes at the roof's bandwidth on the share
     of the slots it fills, whichever is longer (idle tile rows cost no bandwidth)."""
-    busy = fill(config, problem, units)
+    plan = load_space(config.template).plan(config, problem)
+    busy = fill(plan, units)
     share = busy * tile_use(config, problem) * thread_intensity(config)
     arithmetic = problem.flops / (roof.flops_per_s * share)
-    plan = load_space(config.template).plan(config, problem)
     scratch = 2 * sum(w.size for w in plan.workspaces)  # written, then read back
     return max(arithmetic, (moved_bytes(problem) + scratch) / (roof.bytes_per_s * busy))
 

@@ -304,24 +304,16 @@ class _Keeper:
         self.provisional: list[dict] = []  # params of the bests stored while searching
 
     def entry(self, outcome: Outcome, result: SearchResult) -> cache.Entry:
-        m, base = outcome.measurement, self.baseline
-        return cache.Entry(
-            key=cache.Key.of(
-                self.problem, outcome.config, self.options.checks, self.options.portable
-            ),
-            params=outcome.config.as_dict(),
-            median_s=m.median_s,
-            p20_s=m.p20_s,
-            p80_s=m.p80_s,
-            method=m.method,
-            gflops=m.gflops(self.problem.flops),
-            error=outcome.error,
+        base, o = self.baseline, self.options
+        return cache.Entry.measured(
+            cache.Key.of(self.problem, outcome.config, o.checks, o.portable),
+            outcome.config,
+            outcome.measurement,
+            outcome.error,
             baseline_s=base.measurement.median_s if base and base.ok else None,
             trials=result.study_trials,
             failures=dict(result.failures),
             tuning_s=result.seconds,
-            date=cache.today(),
-            origin=cache.this_machine(),
         )
 
     def on_trial(self, event: dict) -> None:
