@@ -423,7 +423,7 @@ def _extended(data: dict, template: str) -> dict:
         return data
     if base_name == template or not isinstance(base_name, str):
         raise SpaceError(f"search space {template!r}: extends {str(base_name)[:40]!r}")
-    base = _parsed(_space_text(base_name), base_name)
+    base = _parsed(_read_space(_space_path(base_name)), base_name)
     if "extends" in base:
         raise SpaceError(f"search space {template!r}: its base {base_name!r} extends another")
     merged = dict(data)
@@ -444,12 +444,10 @@ def _extended(data: dict, template: str) -> dict:
 
 def space_files(template: str) -> list[Path]:
     """The files a template's space is read from: its own, then the one it extends."""
-    sources = template_sources()
-    if template not in sources:
-        raise SpaceError(f"template {template!r} is unknown; known: {', '.join(sorted(sources))}")
-    path = sources[template][1]
+    path = _space_path(template)
     stat = path.stat()
     base = _base_of(template, path, stat.st_mtime_ns, stat.st_size)
+    sources = template_sources()
     return [path, sources[base][1]] if isinstance(base, str) and base in sources else [path]
 
 
@@ -458,11 +456,11 @@ def _base_of(template: str, path: Path, mtime_ns: int, size: int) -> object:
     return _parsed(_read_space(path), template).get("extends")
 
 
-def _space_text(template: str) -> str:
+def _space_path(template: str) -> Path:
     sources = template_sources()
     if template not in sources:
         raise SpaceError(f"template {template!r} is unknown; known: {', '.join(sorted(sources))}")
-    return _read_space(sources[template][1])
+    return sources[template][1]
 
 
 def _read_space(path: Path) -> str:
