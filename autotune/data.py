@@ -41,10 +41,10 @@ def extra_template_folders() -> list[Path]:
 def template_sources() -> dict[str, tuple[Path, Path]]:
     """Template name -> (its .wgsl.j2 file, its search-space .toml file)."""
     sources = {}
-    spaces = data_path("search_spaces")
+    spaces, templates = data_path("search_spaces"), data_path("templates")
     for space in sorted(spaces.glob("*.toml")):
         name = space.name.removesuffix(".toml")
-        sources[name] = (data_path("templates") / f"{name}.wgsl.j2", space)
+        sources[name] = (templates / f"{name}.wgsl.j2", space)
     for folder in extra_template_folders():
         for space in sorted(folder.glob("*.toml")):
             name = space.name.removesuffix(".toml")

@@ -76,9 +76,14 @@ def _ranked(problem, checks, stores, gpu, limits) -> list[predict.Candidate]:
         if e.key.checks == checks and not e.estimated and cache.is_current(e)
     ]  # (the roof from tuned entries only: an estimate's three short passes are noisier)
     usable = [e for e in measured if e.key.problem.dtype == problem.dtype and fits(e)]
-    seeds = [c for t in BUILT_IN for c in load_space(t).seed_configs(problem, limits)]
+    seeds = _seeds(problem, limits)
     units = predict.compute_units(gpu.fingerprint.device)
     return predict.ranked(problem, usable, seeds, units, predict.Roof.of(measured))
+
+
+def _seeds(problem: Problem, limits) -> list[Config]:
+    """Every built-in family's known-good configs valid at `problem`, family by family."""
+    return [c for t in BUILT_IN for c in load_space(t).seed_configs(problem, limits)]
 
 
 def _first_verified(configs, source, problem, checks, gpu, reference) -> Kernel | None:
@@ -155,9 +160,9 @@ def default_kernel(
     limits = limits or gpu.limits
     check_runnable(problem, limits, BUILT_IN)
     reference = reference or Reference(problem)
-    spaces = [load_space(t) for t in BUILT_IN]
-    configs = [c for space in spaces for c in space.seed_configs(problem, limits)]
-    configs += [space.first_config(problem, limits) for space in spaces]
+    configs = _seeds(problem, limits) + [
+        load_space(t).first_config(problem, limits) for t in BUILT_IN
+    ]
     configs = dict.fromkeys(c for c in configs if c is not None)
     kernel = _first_verified(configs, "default", problem, checks, gpu, reference)
     if kernel is not None:
