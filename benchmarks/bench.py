@@ -43,13 +43,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent.parent))  # this checkout's autotune
 
 from shapes import SETS, SUITE, set_problems  # noqa: E402
-from timing import (  # noqa: E402, F401  (bench_variants.py and variants.py import these here)
+from timing import (  # noqa: E402
     BOUNDS,
     CHECKS_CHOICES,
     MODE_TITLES,
     cublas_cell,
-    cublas_seconds,
-    cuda_seconds,
     geomean,
     heading,
     provenance,
@@ -96,13 +94,13 @@ def run(rows, out: Path | None, args) -> dict:
     problems = list(dict.fromkeys(p for _, p in rows))
     spent = tune_suite(problems, args.tune, gpu, modes, args.template) if args.tune else {}
     for set_name, problem in rows:
-        row = {"set": set_name} | time_problem(problem, gpu, modes, args.rounds)
+        reference = Reference(problem, seed=0)  # one set of operands for every column
+        row = {"set": set_name} | time_problem(problem, gpu, modes, args.rounds, reference)
         for mode in modes:
             if (str(problem), mode) in spent:
                 row[mode]["tuning_s"] = spent[str(problem), mode]
         tiled = args.tiled and load_space("tiled").seed_configs(problem, gpu.limits)
         if tiled:  # the tutorial kernel, timed once
-            reference = Reference(problem, seed=0)
             result = wgsl_seconds(tiled[0], problem, gpu, True, reference)
             result["ratio"] = row["cublas_s"] / result["seconds"]
             row["tiled"] = with_rates(result, problem)

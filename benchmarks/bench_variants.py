@@ -26,12 +26,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench import (  # noqa: E402
-    SUITE,
+from bench import SUITE, joined  # noqa: E402
+from timing import (  # noqa: E402
     cublas_seconds,
-    cuda_seconds,
     geomean,
-    joined,
+    graph_seconds,
     provenance,
     wgsl_seconds,
 )
@@ -58,7 +57,7 @@ def torch_f16_seconds(problem: Problem) -> float:
     A = (torch.rand(problem.M, problem.K, device="cuda") * 2 - 1).half()
     B = (torch.rand(problem.K, problem.N, device="cuda") * 2 - 1).half()
     C = torch.empty(problem.M, problem.N, device="cuda", dtype=torch.float16)
-    return cuda_seconds(lambda: torch.matmul(A, B, out=C))
+    return graph_seconds(lambda: torch.matmul(A, B, out=C))
 
 
 def run(rows: str, shapes, out: Path | None, tune_s: float | None) -> dict:

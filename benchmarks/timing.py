@@ -113,9 +113,6 @@ def _replay_seconds(graph, passes: int) -> float:
     return statistics.median(samples)
 
 
-cuda_seconds = graph_seconds  # the name bench_variants.py times torch's f16 GEMM with
-
-
 def wgsl_seconds(config, problem, gpu, checks: bool, reference: Reference) -> dict:
     """One timing of `config` at `problem`, verified against float64 first."""
     return wgsl_timing(verified(config, problem, gpu, checks, reference), gpu, reference)
@@ -164,11 +161,11 @@ def try_cublas(problem: Problem) -> float:
         return math.nan
 
 
-def time_problem(problem: Problem, gpu, modes, rounds: int) -> dict:
+def time_problem(problem: Problem, gpu, modes, rounds: int, reference=None) -> dict:
     """A row: cuBLAS and the kernel `lookup` serves in each mode ("checks", "nochecks"),
     timed `rounds` times in turn, so that a drift of the GPU's clocks between rounds
     moves both sides of a ratio; each ratio is the median of the rounds' ratios."""
-    reference = Reference(problem, seed=0)
+    reference = reference or Reference(problem, seed=0)
     kernels, lookup_s = {}, {}
     for mode in modes:
         start = time.perf_counter()

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench import cublas_seconds, provenance, wgsl_seconds  # noqa: E402
+from timing import cublas_seconds, provenance, wgsl_seconds  # noqa: E402
 
 import autotune  # noqa: E402
 from autotune.compile import CompileError  # noqa: E402
