@@ -5,15 +5,20 @@ serves a kernel that leaves most of the GPU idle (a 256 x 128 tile launched twic
 small M x N with long K; a tall tile for one row). The model is deliberately coarse,
 because lookup times the best few at the real shape before it chooses:
 
-    time(P) = time(P') * ideal(P) / ideal(P')
+    time(P) = max(time(P') * ideal(P) / ideal(P'), floor(P)) * (1 + distance(P, P'))
 
 for a config measured at P' (a cache entry of this device). ideal is the roofline time
 at the fastest rates this device's cache has seen (FLOP/s and bytes/s), on the share
 of the GPU the launch keeps busy: the fill of its waves of workgroups, and for the
 arithmetic the share of each tile inside C and what one invocation's register patch
 can reach. Compute-bound and memory-bound shapes scale
-as they should. A family's known-good configs never measured on this device are
-predicted at a fixed share of the ideal.
+as they should, and the model's errors where it misjudges a config cancel in the ratio
+where they are the same at P and P'. Where they are not (a small launch the model
+judged too slow), nothing is predicted faster than floor(P), the whole GPU at the roof.
+The further P' is from P, the less its measurement says: the distance term (a few % per
+doubling of the work) ranks a config measured at a shape like P before one extrapolated
+from far away at the same prediction. A family's known-good configs never measured on
+this device are predicted at a fixed share of the ideal.
 """
 
 from __future__ import annotations
@@ -30,12 +35,17 @@ from .space import Config, load_space
 # not listed counts as DEFAULT_UNITS, which only shifts where "few workgroups" starts.
 UNITS = {"H200": 132, "H100": 132, "A100": 108, "L40": 142, "4090": 128, "3090": 82}
 DEFAULT_UNITS = 64
-THREADS_PER_UNIT = 1024  # invocations resident per unit, roughly, for register-heavy kernels
+# Invocations that keep a unit busy, roughly, for register-blocked kernels: at 2048^3 the
+# 128 workgroups of 256 of a 128 x 256 tile (about one per SM) reached 0.87x cuBLAS.
+THREADS_PER_UNIT = 256
 SEED_SHARE = 0.4  # the share of the roof an unmeasured known-good config is assumed to reach
 # A config measured for another variant (layout, batch, epilogue) of the same element type
 # is the same blocking with other loads and stores: predicted a little slower than
 # measured, so that one measured for this variant ranks first at the same prediction.
 OTHER_VARIANT = 1.25
+# The uncertainty of a prediction per doubling (or halving) of the work between the shape
+# measured and the shape predicted.
+PER_DOUBLING = 0.03
 
 
 @dataclass(frozen=True)
@@ -115,22 +125,42 @@ def ideal_seconds(config: Config, problem: Problem, units: int, roof: Roof) -> f
     return max(arithmetic, (moved_bytes(problem) + scratch) / (roof.bytes_per_s * busy))
 
 
+def distance(problem: Problem, measured_at: Problem) -> float:
+    """How far a measurement at `measured_at` is extrapolated to `problem`: PER_DOUBLING
+    for each factor of two between their work (FLOPs)."""
+    return PER_DOUBLING * abs(math.log2(problem.flops / measured_at.flops))
+
+
+def floor_seconds(problem: Problem, roof: Roof) -> float:
+    """The fastest `problem` can run: its arithmetic or its bytes on the whole GPU at
+    the roof."""
+    return max(problem.flops / roof.flops_per_s, moved_bytes(problem) / roof.bytes_per_s)
+
+
+def predicted_seconds(entry: Entry, problem: Problem, units: int, roof: Roof) -> float:
+    """The measured config of `entry` at `problem` (the module's formula)."""
+    config, measured_at = entry.config, entry.key.problem
+    scale = ideal_seconds(config, problem, units, roof) / ideal_seconds(
+        config, measured_at, units, roof
+    )
+    seconds = max(entry.median_s * scale, floor_seconds(problem, roof))
+    return seconds * (1 + distance(problem, measured_at))
+
+
 def ranked(
     problem: Problem, entries: list[Entry], seeds: list[Config], units: int, roof: Roof
 ) -> list[Candidate]:
     """`entries` (measured elsewhere, each valid at `problem`) and `seeds` (valid, never
-    measured) as candidates for `problem`, fastest predicted first, one per config. A
-    measured config keeps its own distance from the roof: time(P) = time(P') *
-    ideal(P) / ideal(P')."""
+    measured) as candidates for `problem`, fastest predicted first, one per config (see
+    the module's formula)."""
     candidates: dict[Config, Candidate] = {}
     variants = {p.variant for p in problem.answered_by}
     for entry in entries:
         config = entry.config
-        ideal = ideal_seconds(config, problem, units, roof)
-        scale = ideal / ideal_seconds(config, entry.key.problem, units, roof)
+        seconds = predicted_seconds(entry, problem, units, roof)
         if entry.key.problem.variant not in variants:
-            scale *= OTHER_VARIANT
-        candidate = Candidate(config, entry.median_s * scale, entry)
+            seconds *= OTHER_VARIANT
+        candidate = Candidate(config, seconds, entry)
         if config not in candidates or candidate.predicted_s < candidates[config].predicted_s:
             candidates[config] = candidate
     for config in seeds:

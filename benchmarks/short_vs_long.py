@@ -125,6 +125,8 @@ def main(argv=None) -> int:
         problem = parse_shape(shape, args.dtype, layout=args.layout)
         if any(r["shape"] == problem.shape for r in rows):
             continue
+        if budget <= 0:
+            break  # this run's seconds are spent: the next shape waits for the next run
         budget -= advance(problem, args, state, budget, gpu)
         state_file.write_text(json.dumps(state, indent=1))
         if state[problem.shape]["long_s"] >= args.long:

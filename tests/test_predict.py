@@ -61,7 +61,30 @@ def test_memory_bound_shapes_scale_with_bytes_not_flops():
     entry = measured(one, config, 20e-6)
     roof = predict.Roof(flops_per_s=50e12, bytes_per_s=4e12)
     (candidate,) = predict.ranked(four, [entry], [], H200, roof)
-    assert candidate.predicted_s == pytest.approx(20e-6, rel=0.01)
+    # the same time, but for the extrapolation over two doublings of the work
+    assert candidate.predicted_s == pytest.approx(20e-6 * (1 + 2 * predict.PER_DOUBLING))
+
+
+def test_a_small_launch_that_beat_the_model_is_not_predicted_past_the_roofline():
+    """The shipped cache's second failure: a 16 x 64 tile measured at 16 x 4096 x 4096 (64
+    workgroups, faster than the model's fill term expects) was predicted at 2048 x 12288 x
+    4096 below the roofline, ranked first, and served at 0.65x. A config measured at a
+    shape like the new one ranks first."""
+    few, near, big = Problem(16, 4096, 4096), Problem(2048, 11008, 4096), Problem(2048, 12288, 4096)
+    small = measured(few, blocked(BM=16, TM=2, BN=64, TN=4, BK=32, AT=0), 64e-6)
+    large = measured(near, blocked(), 3.9e-3)  # 47 TFLOP/s
+    roof = predict.Roof.of([small, large])
+    ranked = predict.ranked(big, [small, large], [], H200, roof)
+    assert [c.entry for c in ranked] == [large, small]
+    assert min(c.predicted_s for c in ranked) >= predict.floor_seconds(big, roof)
+
+
+def test_a_measurement_says_less_the_further_it_is_extrapolated():
+    square = Problem(1024, 1024, 1024)
+    assert predict.distance(square, square) == 0
+    twice, far = Problem(2048, 1024, 1024), Problem(4096, 4096, 1024)
+    assert 0 < predict.distance(twice, square) == predict.distance(square, twice)
+    assert predict.distance(far, square) == pytest.approx(4 * predict.distance(twice, square))
 
 
 def test_the_shortlist_times_the_best_families_best():
