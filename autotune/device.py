@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import weakref
 from dataclasses import asdict, dataclass
 
 # Mesa's Vulkan drivers print "error: XDG_RUNTIME_DIR is invalid" on every adapter probe
@@ -159,14 +160,17 @@ def _choose_adapter() -> wgpu.GPUAdapter:
 
 
 class Gpu:
-    """One adapter and the device requested on it with its real compute limits."""
+    """One adapter and a device on it: the device requested here with the adapter's real
+    compute limits, or a device the caller already has (`device`), with its own limits
+    and features, which may be lower than the adapter's."""
 
-    def __init__(self, adapter: wgpu.GPUAdapter):
+    def __init__(self, adapter: wgpu.GPUAdapter, device: wgpu.GPUDevice | None = None):
         self.adapter = adapter
-        self.fingerprint = Fingerprint.of(adapter)
-        self.features = frozenset(f for f in WANTED_FEATURES if f in adapter.features)
-        self.limits = {name: int(adapter.limits[name]) for name in COMPUTE_LIMITS}
-        self.device = adapter.request_device_sync(
+        self.fingerprint = Fingerprint.of(adapter)  # the cache file: the adapter's, either way
+        have = device or adapter
+        self.features = frozenset(f for f in WANTED_FEATURES if f in have.features)
+        self.limits = {name: int(have.limits[name]) for name in COMPUTE_LIMITS}
+        self.device = device or adapter.request_device_sync(
             required_features=sorted(self.features), required_limits=dict(self.limits)
         )
         self.queue = self.device.queue
@@ -233,6 +237,50 @@ def _gpu_for(adapter_choice: str) -> Gpu:
 def get_gpu() -> Gpu:
     """The process-wide Gpu for the current AUTOTUNE_ADAPTER choice (created once)."""
     return _gpu_for(os.environ.get(ADAPTER_ENV, ""))
+
+
+# The Gpu of each caller's device, made once per device (kernels compiled for it keep
+# their pipelines; lookup's memo is keyed by it), dropped with the device.
+_CALLERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def gpu_of(device: object, error=ValueError) -> Gpu:
+    """The Gpu of a wgpu.GPUDevice the caller already has; `error(field, message)`
+    (an ArgumentError class) refuses anything else."""
+    if not isinstance(device, wgpu.GPUDevice):
+        raise error("device", f"device must be a wgpu.GPUDevice, got {type(device).__name__}")
+    if device not in _CALLERS:
+        _CALLERS[device] = Gpu(device.adapter, device)
+    return _CALLERS[device]
+
+
+def given_gpu(gpu: object, device: object, error=ValueError) -> Gpu | None:
+    """The Gpu a call was given: `gpu` (an autotune.Gpu) or the Gpu of the caller's
+    wgpu.GPUDevice `device`, not both; None when neither (the process-wide one then)."""
+    if gpu is not None and not isinstance(gpu, Gpu):
+        raise error("gpu", f"gpu must be an autotune.Gpu or None, got {type(gpu).__name__}")
+    if device is None:
+        return gpu
+    if gpu is not None:
+        raise error("device", "give gpu or device, not both")
+    return gpu_of(device, error)
+
+
+def gpu_matching(fingerprint: dict | None) -> Gpu:
+    """A Gpu of its own on the adapter with this fingerprint (the tuner's, whose device
+    may be a caller's): get_gpu()'s when it is that adapter."""
+    gpu = get_gpu()
+    if fingerprint is None or gpu.fingerprint.as_dict() == fingerprint:
+        return gpu
+    return _gpu_of_adapter(Fingerprint(**fingerprint))
+
+
+@functools.cache
+def _gpu_of_adapter(fingerprint: Fingerprint) -> Gpu:
+    for adapter in list_adapters():
+        if Fingerprint.of(adapter) == fingerprint:
+            return Gpu(adapter)
+    raise NoAdapterError(f"no adapter here is {fingerprint.device!r} ({fingerprint.backend})")
 
 
 def has_adapter() -> bool:

@@ -15,7 +15,7 @@ import wgpu
 from .arguments import ArgumentError, as_float, check_flag, is_number, shown
 from .compile import Compiled, compile_shader
 from .device import Gpu, get_gpu
-from .plan import uniform_layout
+from .encode import Resident, operand_sizes, record, uniform_bytes
 from .problem import Problem, ProblemError, check_dtype
 from .render import Shader, render
 from .space import Config
@@ -171,18 +171,6 @@ def _storage(gpu: Gpu, data: np.ndarray, extra=0):
     return gpu.device.create_buffer_with_data(data=data, usage=usage)
 
 
-def uniform_bytes(problem: Problem, alpha: float = 1.0, beta: float = 0.0) -> np.ndarray:
-    """The uniform block (plan.uniform_layout): the sizes, and alpha and beta."""
-    fields, size = uniform_layout(problem)
-    values = {"M": problem.M, "N": problem.N, "K": problem.K, "batch": problem.batch}
-    values |= {"alpha": alpha, "beta": beta}
-    data = np.zeros(size // 4, np.uint32)
-    for name, offset, kind in fields:
-        number = np.array([values.get(name, 0)], np.float32 if kind == "f32" else np.uint32)
-        data[offset // 4] = number.view(np.uint32)[0]
-    return data
-
-
 @dataclass
 class Bound:
     """Buffers of one problem bound to one compiled kernel; reusable for timing."""
@@ -227,17 +215,8 @@ class Bound:
         return cls(compiled, gpu, buffers, bind_group)
 
     def encode(self, encoder, repeats: int = 1, timestamp_writes=None) -> None:
-        """Record one compute pass running the whole plan `repeats` times (dispatches in
-        one pass are ordered: each sees what the one before it wrote)."""
-        kwargs = {"timestamp_writes": timestamp_writes} if timestamp_writes else {}
-        compute = encoder.begin_compute_pass(**kwargs)
-        compute.set_bind_group(0, self.bind_group)
-        steps = list(zip(self.compiled.pipelines, self.compiled.shader.plan.passes, strict=True))
-        for _ in range(repeats):
-            for pipeline, step in steps:
-                compute.set_pipeline(pipeline)
-                compute.dispatch_workgroups(*step.grid)
-        compute.end()
+        """Record one compute pass running the whole plan `repeats` times."""
+        record(encoder, self.compiled, self.bind_group, repeats, timestamp_writes)
 
     def run(self, repeats: int = 1) -> None:
         encoder = self.gpu.device.create_command_encoder()
@@ -314,6 +293,7 @@ class Kernel:
         self._gpu = gpu
         self._shader: Shader | None = None
         self._compiled: Compiled | None = None
+        self._resident: Resident | None = None
 
     @property
     def gpu(self) -> Gpu:
@@ -387,6 +367,46 @@ class Kernel:
         )
         # a 3-D A of one matrix is the plain problem, but its result keeps the batch axis
         return result.reshape(arrays["A"].shape[:-2] + (problem.M, problem.N))
+
+    # --- on the caller's own buffers ----------------------------------------------------
+
+    def buffer_sizes(self) -> dict[str, int]:
+        """Bytes of each buffer `encode` binds, by name (A, B, C, and bias where the
+        epilogue has it), as the export manifest states them: allocate at least these."""
+        return operand_sizes(self.shader.plan)
+
+    @property
+    def resident(self) -> Resident:
+        """The kernel's uniform block and workspaces on its device (made at first use)."""
+        if self._resident is None:
+            check_fits(self.problem, self.gpu)
+            self._resident = Resident(self.compiled, self.gpu)
+        return self._resident
+
+    def set_scalars(self, alpha: float = 1.0, beta: float = 0.0) -> None:
+        """alpha and beta for what `encode` records and is submitted from now on (one
+        pair per kernel object: lookup returns the same object for the same problem).
+        The epilogue must have them: alpha != 1 needs "alpha", beta != 0 "beta"."""
+        values = {"alpha": check_scalar("alpha", alpha), "beta": check_scalar("beta", beta)}
+        for name, neutral in (("alpha", 1.0), ("beta", 0.0)):
+            if values[name] != neutral and name not in self.problem.ops:
+                raise ProblemError(
+                    name,
+                    f"this kernel's epilogue has no {name} (it computes {name} = {neutral:g}); "
+                    f"look up {self.problem} with {name} in its epilogue",
+                )
+        self.resident.set_scalars(values["alpha"], values["beta"])
+
+    def encode(self, encoder, A, B, C, bias=None) -> None:
+        """Record C = epilogue(op(A) @ op(B)) into the caller's wgpu.GPUCommandEncoder,
+        on the caller's buffers of this kernel's device: each a wgpu.GPUBuffer with
+        STORAGE usage, or a (buffer, byte offset) pair, of at least `buffer_sizes()`
+        bytes past its offset (beta reads C before it is written). Every pass of the
+        kernel's launch plan is recorded; nothing is submitted, nothing read back."""
+        if bias is not None and "bias" not in self.problem.ops:
+            raise ProblemError("bias", f"this kernel's epilogue has no bias: {self.problem}")
+        operands = {"A": A, "B": B, "C": C} | ({} if bias is None else {"bias": bias})
+        self.resident.encode(encoder, operands)
 
     def __repr__(self) -> str:
         checks = "on" if self.checks else "off"

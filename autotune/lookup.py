@@ -16,12 +16,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+import wgpu
 
 from . import cache, predict
 from .arguments import ArgumentError, check_flag, check_folder
 from .compile import CompileError, compile_shader
 from .data import BUILT_IN
-from .device import Gpu, get_gpu, portable_limits, versions
+from .device import Gpu, get_gpu, given_gpu, portable_limits, versions
 from .kernel import Kernel, check_fits, check_operands
 from .key import Key
 from .measure import TooSlow, measure
@@ -224,6 +225,7 @@ def lookup(
     gpu: Gpu | None = None,
     portable: bool = False,
     estimate: bool = True,
+    device: wgpu.GPUDevice | None = None,
 ) -> Kernel:
     """The best known kernel for C = A @ B with A of M x K and B of K x N, on this device.
 
@@ -238,15 +240,18 @@ def lookup(
     for shapes that change on every call (a growing sequence), or round M up to a few
     sizes. A cache file keeps its newest cache.MAX_ESTIMATES estimates.
     `kernel.source` says which ("exact", "estimated", "predicted", "default"; see
-    autotune.Kernel); call the kernel with NumPy arrays.
+    autotune.Kernel); call the kernel with NumPy arrays, or record it on GPU buffers
+    with `kernel.encode`.
+
+    `device`: a wgpu.GPUDevice of the caller's: only configs within its limits and
+    features are served, compiled on it (`checks=False`: without runtime checks), from
+    the cache file of its adapter; `kernel.encode` then records into its encoders.
     """
     problem = Problem(M, N, K, dtype, layout, batch, shared_b, epilogue, accumulate)
     checks, portable = check_flag("checks", checks), check_flag("portable", portable)
     estimate_s = ESTIMATE_S if check_flag("estimate", estimate) else 0.0
     check_folder("cache_dir", cache_dir, writable=False)
-    if gpu is not None and not isinstance(gpu, Gpu):
-        raise ArgumentError("gpu", f"gpu must be an autotune.Gpu or None, got {type(gpu).__name__}")
-    gpu = gpu or get_gpu()
+    gpu = given_gpu(gpu, device, ArgumentError) or get_gpu()
     check_fits(problem, gpu, portable_limits(gpu.limits) if portable else None)
     folder = str(cache_dir) if cache_dir else None
     kernel = _lookup(problem, bool(checks), folder, gpu, bool(portable), estimate_s)
@@ -271,6 +276,7 @@ def matmul(
     accumulate: str = "auto",
     checks: bool = True,
     estimate: bool = True,
+    device: wgpu.GPUDevice | None = None,
 ) -> np.ndarray:
     """activation(alpha * op(A) @ op(B) + beta * C + bias) on the GPU with the best known
     kernel for the problem; returns a new array (C is read, not written).
@@ -280,6 +286,7 @@ def matmul(
     f16 arrays run in f16 (the adapter needs shader-f16), accumulating in whichever type
     was fastest when tuned, or as `accumulate` ("f32", "f16") says. `estimate`: as in
     lookup (False: a new shape costs no timing and writes nothing to the cache).
+    `device`: a wgpu.GPUDevice of the caller's to run on (as in lookup).
     """
     arrays, problem = check_operands(
         A,
@@ -294,7 +301,10 @@ def matmul(
     )
     checks = check_flag("checks", checks)
     kernel = lookup(
-        **(problem.arguments | {"accumulate": accumulate}), checks=checks, estimate=estimate
+        **(problem.arguments | {"accumulate": accumulate}),
+        checks=checks,
+        estimate=estimate,
+        device=device,
     )
     return kernel(
         arrays["A"],

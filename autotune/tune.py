@@ -30,7 +30,7 @@ from .arguments import (
     shown,
 )
 from .data import BUILT_IN
-from .device import Gpu, get_gpu, portable_limits, versions
+from .device import Gpu, get_gpu, given_gpu, portable_limits, versions
 from .evaluate import Evaluator, Outcome, reference_seed
 from .kernel import check_fits
 from .model import choose_representatives
@@ -70,6 +70,7 @@ class TuneOptions:
     cache_dir: Path | None = None  # None: cache.default_cache_dir()
     seed: int | None = None  # the sampler's and the verification data's
     gpu: Gpu | None = None  # None: autotune.get_gpu()
+    device: object = None  # a caller's wgpu.GPUDevice: its limits bound the search (as gpu)
     on_trial: Callable[[dict], None] | None = None  # called after each measured trial
     portable: bool = False  # only configs within WebGPU's default limits (for export)
     candidate_timeout: float = CANDIDATE_S  # seconds a candidate may take, compile to time
@@ -83,10 +84,7 @@ class TuneOptions:
         """The options with every value checked; TuneError names a bad one."""
         o = cls(**options)
         trials, timeout = check_budget(o.trials, o.timeout)
-        if o.gpu is not None and not isinstance(o.gpu, Gpu):
-            raise TuneError(
-                "gpu", f"gpu must be an autotune.Gpu or None, got {type(o.gpu).__name__}"
-            )
+        gpu = given_gpu(o.gpu, o.device, TuneError)
         for name in ("on_trial", "evaluator"):
             if getattr(o, name) is not None and not callable(getattr(o, name)):
                 value = shown(getattr(o, name))
@@ -103,7 +101,7 @@ class TuneOptions:
             storage=check_storage(o.storage),
             cache_dir=check_folder("cache_dir", o.cache_dir, writable=True, error=TuneError),
             seed=check_seed(o.seed, TuneError),
-            gpu=o.gpu,
+            gpu=gpu,
             on_trial=o.on_trial,
             portable=check_flag("portable", o.portable, TuneError),
             candidate_timeout=check_seconds("candidate_timeout", o.candidate_timeout, TuneError),
@@ -182,10 +180,13 @@ def tune(M: int, N: int, K: int, dtype: str = "f32", **options) -> TuneResult:
 
     `options`: the variant (`layout`, `batch`, `shared_b`, `epilogue`, `accumulate`) as
     in autotune.lookup, and TuneOptions' fields (trials=30, timeout, templates, checks,
-    sampler, storage, cache_dir, seed, gpu, on_trial, portable, candidate_timeout,
-    compile_ahead). Without `templates`, the built-in ones that compute the problem are
-    searched. `portable` searches only configs within WebGPU's default limits (for
-    export to any browser); lookup(portable=True) finds them.
+    sampler, storage, cache_dir, seed, gpu or device, on_trial, portable,
+    candidate_timeout, compile_ahead). Without `templates`, the built-in ones that
+    compute the problem are searched. `portable` searches only configs within WebGPU's
+    default limits (for export to any browser); lookup(portable=True) finds them.
+    `device`, a caller's
+    wgpu.GPUDevice: only configs within its limits are searched, into its adapter's
+    cache file; the candidates run in the worker process on a device of the same adapter.
     """
     variant = {k: options.pop(k) for k in VARIANT_KEYS if k in options}
     problem = Problem(M, N, K, dtype, **variant)

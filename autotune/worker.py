@@ -6,7 +6,7 @@ kills and restarts the worker when it is late (`timeout`), restarts it when it d
 (`crashed`), and when the worker reports its device lost (`device-lost`).
 
     tuner (Worker)                                  worker (autotune.worker.main)
-    prepare(problem, seed, checks) ── setup ──────► get_gpu(); Reference(problem, seed)
+    prepare(problem, seed, checks) ── setup ──────► the tuner's adapter; Reference(problem, seed)
                                    ◄─ ready ───────  (inputs + float64 product, once)
     evaluate(config, ...)          ── evaluate ───► evaluate.evaluate: render, compile,
                                    ◄─ Outcome ─────  verify, time
@@ -92,7 +92,7 @@ class Worker:
             self._start()
         if self.ready_for != self.setup:
             try:
-                self.connection.send(("setup", *self.setup))
+                self.connection.send(("setup", *self.setup, self.expected_fingerprint))
             except OSError:
                 pass  # it died at start: _answer sees that
             answer = self._answer(self.startup_s)
@@ -281,7 +281,7 @@ def serve(connection: Connection, evaluate=evaluate) -> int:
     from concurrent.futures import ThreadPoolExecutor
     from dataclasses import replace
 
-    from .device import get_gpu
+    from .device import gpu_matching
     from .verify import Reference
 
     gpu = problem = reference = checks = None
@@ -296,10 +296,10 @@ def serve(connection: Connection, evaluate=evaluate) -> int:
         if kind == "exit":
             return 0
         if kind == "setup":
-            _, problem, seed, checks = message
+            _, problem, seed, checks, fingerprint = message
             compiling.clear()
             try:
-                gpu = get_gpu()
+                gpu = gpu_matching(fingerprint)  # the tuner's adapter
                 reference = Reference(problem, seed)
             except Exception as error:
                 connection.send(("error", f"{type(error).__name__}: {error}"))

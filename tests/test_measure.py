@@ -7,7 +7,7 @@ import pytest
 import wgpu
 
 from autotune.compile import compile_shader
-from autotune.kernel import uniform_bytes
+from autotune.encode import uniform_bytes
 from autotune.measure import TooSlow, measure
 from autotune.problem import Problem
 from autotune.render import render
