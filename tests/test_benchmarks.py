@@ -151,3 +151,13 @@ def test_short_against_long_tune_resumes_the_long_one_across_runs(gpu, cache_dir
     (row,) = json.loads((tmp_path / "d" / "rows.json").read_text())
     assert row["tuning"]["long_s"] == 2 and row["short_kernel_s"] > 0 and row["long_kernel_s"] > 0
     assert "| 24x20x16 f32 nn |" in second and "not finished" not in second
+
+
+def test_mlp_runs_chained_on_its_own_device_and_checks_the_result(gpu, cache_dir, tmp_path):
+    run_script("mlp.py", "--quick", "--out", "mlp", cwd=tmp_path)
+    report = json.loads((tmp_path / "mlp" / "mlp.json").read_text())
+    assert set(report["errors"]) == {"chained", "round_trips"}
+    assert all(error < 1e-3 for error in report["errors"].values())  # checked before timing
+    assert len(report["sources"]) == 3  # one kernel per layer
+    assert report["seconds"]["chained"] > 0 and report["seconds"]["round_trips"] > 0
+    assert "round trips" in (tmp_path / "mlp" / "mlp.md").read_text()
