@@ -142,8 +142,13 @@ def test_worker_restarts_after_each_fault_and_keeps_working(gpu, faulty_template
 
 
 def test_worker_on_another_adapter_is_refused(gpu):
+    """The worker opens the tuner's adapter by its fingerprint: one not on this machine
+    is refused by name."""
     other = dict(gpu.fingerprint.as_dict(), device="Some Other GPU")
-    with Worker(other) as worker, pytest.raises(WorkerError, match="another"):
+    with (
+        Worker(other) as worker,
+        pytest.raises(WorkerError, match="no adapter here is 'Some Other"),
+    ):
         worker.prepare(PROBLEM, 1, True)
 
 
