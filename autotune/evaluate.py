@@ -12,6 +12,7 @@ GPU), and another timing backend is one more class with these three verbs.
 from __future__ import annotations
 
 import math
+import re
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .compile import CompileError, compile_shader
-from .device import Gpu
+from .device import Gpu, one_line
 from .measure import Measurement, TooSlow, measure
 from .problem import Problem
 from .render import render
@@ -27,6 +28,10 @@ from .space import Config
 from .verify import Reference, verify
 
 REASONS = ("compile", "limits", "wrong", "timeout", "crashed", "device-lost")
+FAILURE_CHARS = 300  # a failure's one line: enough for wgpu's message, short for a table
+# wgpu's framing around the message of an error: its heading, the cause chain's labels,
+# the call it came from, and the source excerpt drawn under a shader error.
+_FRAMING = re.compile(r"(?:.*: )?Validation Error$|Caused by:$|In wgpu[A-Za-z]+\b|\d*\s*[│┌└├─^|=]")
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,17 @@ class Outcome:
     @property
     def ok(self) -> bool:
         return self.measurement is not None
+
+    @property
+    def failure(self) -> str:
+        """Why it failed, in one line a person scans (a dashboard's table): the message of
+        `detail` without wgpu's framing, cut to FAILURE_CHARS; "" when it worked."""
+        if self.ok:
+            return ""
+        lines = [one_line(line) for line in self.detail.splitlines()]
+        kept = [line for line in lines if line and not _FRAMING.match(line)]
+        text = ": ".join(kept) or one_line(self.detail) or self.reason
+        return text if len(text) <= FAILURE_CHARS else text[: FAILURE_CHARS - 3] + "..."
 
 
 def evaluate(

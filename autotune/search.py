@@ -34,7 +34,7 @@ from .evaluate import Evaluator, Outcome, reference_seed
 from .problem import Problem
 from .space import Config, load_space
 from .strategies import STRATEGIES, make_strategy
-from .study import Study, study_name
+from .study import Study, study_attrs, study_name
 from .worker import Worker
 
 SAMPLERS = tuple(STRATEGIES)
@@ -140,8 +140,11 @@ class _Search:
             raise ValueError(f"no config of {', '.join(templates)} is valid for {problem} here")
         self.strategy = make_strategy(sampler, seed)
         portable = self.limits != gpu.limits
-        name = study_name(problem, self.templates, checks, gpu, portable=portable)
-        self.study = Study(name, storage, self.strategy.sampler, problem, self.templates)
+        subject = (problem, self.templates, checks, gpu, portable)
+        name = study_name(*subject)
+        self.study = Study(
+            name, storage, self.strategy.sampler, problem, self.templates, study_attrs(*subject)
+        )
         if not self.study.optuna.trials:  # a new study: try the known-good configs first
             for config in self._seeds():
                 self.study.enqueue(config)
@@ -208,12 +211,13 @@ class _Search:
     def _judge(self, trial: optuna.Trial, config: Config) -> str:
         """Settle a proposal: invalid (pruned), known (told its earlier result), taken
         (another trial holds it) or claimed (ours to measure)."""
-        if load_space(config.template).why_invalid(config, self.problem, self.limits):
-            self.study.prune(trial)
+        why = load_space(config.template).why_invalid(config, self.problem, self.limits)
+        if why:
+            self.study.prune(trial, config, why)
             return "invalid"
         history = self.study.history()
         if str(config) in history:  # measured before: its result, no GPU time
-            self.study.answer_known(trial, history[str(config)])
+            self.study.answer_known(trial, config, history[str(config)])
             return "known"
         return "claimed" if self.study.claim(trial, config) else "taken"
 

@@ -3,12 +3,12 @@ machine) tuning one problem on one kind of device.
 
 A trial is one claimed config. Its claim is made in the study, so that two processes on
 one storage never measure one config twice: the later claim backs off (`duplicate`).
-A measured trial carries what was measured in readable user attributes (config,
-template, params, reason, GFLOP/s, measurement, error), so that optuna-dashboard shows a
-useful view of a study. A trial whose process was killed (left RUNNING by a process of
-this machine that is gone) is failed as interrupted when the study is next opened, and
-its config measured again. The budget is the study's: configs measured by any process,
-plus those claimed by live trials and admitted to the budget (Study.admit).
+A measured trial carries what was measured in user attributes (`record`), and the
+study says what it tunes (`study_attrs`), so that optuna-dashboard shows a useful view
+of a study (docs/DASHBOARD.md). A trial whose process was killed (left RUNNING by a
+process of this machine that is gone) is failed as interrupted when the study is next
+opened, and its config measured again. The budget is the study's: configs measured by
+any process, plus those claimed by live trials and admitted to the budget (Study.admit).
 """
 
 from __future__ import annotations
@@ -17,19 +17,22 @@ import math
 import os
 import socket
 import time
+import warnings
 from collections.abc import Sequence
 
 import optuna
 
-from .device import Gpu
+from .device import Fingerprint, Gpu, one_line
 from .evaluate import Outcome
 from .measure import Measurement
 from .problem import Problem
 from .render import template_hash
 from .space import Config, load_space
+from .version import __version__
 
 TrialState = optuna.trial.TrialState
 REFRESH_S = 1.0  # other processes' results are read at most this often
+DIGITS = 4  # significant digits of the readable numbers (GFLOP/s, ms); exact: measurement
 
 
 def study_name(
@@ -52,10 +55,40 @@ def study_name(
     return ":".join(parts)
 
 
+def _device_text(fp: Fingerprint) -> str:
+    """The device and driver in words, from the fingerprint alone (all a stand-in Gpu
+    of a replayed search has), e.g. "llvmpipe (...) (CPU) via Vulkan, Mesa 22.3.6"."""
+    driver = f", {fp.description}" if fp.description else ""
+    return one_line(f"{fp.device} ({fp.adapter_type}) via {fp.backend}{driver}")
+
+
+def study_attrs(
+    problem: Problem, templates: Sequence[str], checks: bool, gpu: Gpu, portable: bool = False
+) -> dict:
+    """What a study tunes, in words, as its user attributes: the study list of
+    optuna-dashboard says what each (long, coded) study name stands for."""
+    return {
+        "problem": str(problem),
+        "device": _device_text(gpu.fingerprint),
+        "checks": "on" if checks else "off",
+        "space": "WebGPU's default limits" if portable else "the device's limits",
+        "templates": ", ".join(templates),
+        "autotune_version": __version__,
+    }
+
+
 class Study:
     """The trials of one search, in an Optuna study (in memory, SQLite or a server)."""
 
-    def __init__(self, name: str, storage, sampler, problem: Problem, templates: Sequence[str]):
+    def __init__(
+        self,
+        name: str,
+        storage,
+        sampler,
+        problem: Problem,
+        templates: Sequence[str],
+        attrs: dict | None = None,
+    ):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.optuna = optuna.create_study(
             study_name=name,
@@ -68,7 +101,21 @@ class Study:
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
         self._history: dict[str, float | None] = {}
         self._read_at = -math.inf
+        self._describe(attrs or {})
         self._fail_interrupted()
+
+    def _describe(self, attrs: dict) -> None:
+        """The study's user attributes (study_attrs) and its objective's name, written by
+        the process that creates the study or first opens it without them: the facts stay
+        those of their first writer (its autotune version, say)."""
+        have = self.optuna.user_attrs
+        for key, value in attrs.items():
+            if key not in have:  # (two first writers at once: the storage keeps one)
+                self.optuna.set_user_attr(key, value)
+        if self.optuna.metric_names is None:
+            with warnings.catch_warnings():  # set_metric_names is experimental in Optuna
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                self.optuna.set_metric_names(["seconds"])
 
     # --- what has been measured ------------------------------------------------------
 
@@ -162,13 +209,16 @@ class Study:
         }
         return Config.make(template, params)
 
-    def prune(self, trial: optuna.Trial) -> None:
-        """An invalid proposal: pruned, so the sampler learns to avoid it; costs nothing."""
-        _owned(self.optuna.tell, trial, state=TrialState.PRUNED, skip_if_finished=True)
+    def prune(self, trial: optuna.Trial, config: Config, why: str) -> None:
+        """An invalid proposal: pruned, so the sampler learns to avoid it; costs nothing.
+        Its `note` says why, for people (a proposal holds no claim: no `config`)."""
+        if _owned(trial.set_user_attr, "note", f"{config} is invalid here: {why}"):
+            _owned(self.optuna.tell, trial, state=TrialState.PRUNED, skip_if_finished=True)
 
-    def answer_known(self, trial: optuna.Trial, seconds: float | None) -> None:
+    def answer_known(self, trial: optuna.Trial, config: Config, seconds: float | None) -> None:
         """A proposal measured before: told its earlier result, without the GPU."""
-        _owned(self._tell, trial, seconds)
+        if _owned(trial.set_user_attr, "note", f"{config} was measured before: its result"):
+            _owned(self._tell, trial, seconds)
 
     def claim(self, trial: optuna.Trial, config: Config) -> bool:
         """Claim `config` for this process; False when another trial holds it (this one
@@ -198,7 +248,7 @@ class Study:
 
     def finish(self, trial: optuna.Trial, outcome: Outcome) -> None:
         """Record what was measured on the trial, then tell it finished."""
-        _owned(record, trial, outcome)
+        _owned(record, trial, outcome, self.problem)
         seconds = outcome.measurement.median_s if outcome.ok else None
         self._history[str(outcome.config)] = seconds
         _owned(self._tell, trial, seconds)
@@ -304,19 +354,30 @@ def _alive(pid: int) -> bool:
     return pid != os.getpid()
 
 
-def record(trial: optuna.Trial, outcome: Outcome) -> None:
-    """What was measured, as the trial's user attributes (optuna-dashboard shows them)."""
+def record(trial: optuna.Trial, outcome: Outcome, problem: Problem) -> None:
+    """What was measured, as the trial's user attributes: for people (optuna-dashboard's
+    trial table) config, reason ("ok" or the failure's), gflops and median_ms, or
+    failure (one line); for the tuner (outcome_of) template, params, measurement, error,
+    compile_s, and the failure's whole detail."""
     trial.set_user_attr("config", str(outcome.config))
     trial.set_user_attr("template", outcome.config.template)
     trial.set_user_attr("params", outcome.config.as_dict())
-    trial.set_user_attr("reason", outcome.reason)
+    trial.set_user_attr("reason", outcome.reason or "ok")
     trial.set_user_attr("compile_s", outcome.compile_s)
     if outcome.detail:
         trial.set_user_attr("detail", outcome.detail)
     if outcome.ok:
         m = outcome.measurement
+        trial.set_user_attr("gflops", _rounded(m.gflops(problem.flops)))
+        trial.set_user_attr("median_ms", _rounded(m.median_s * 1e3))
         trial.set_user_attr("measurement", m.as_dict())
         trial.set_user_attr("error", outcome.error)
+    else:
+        trial.set_user_attr("failure", outcome.failure)
+
+
+def _rounded(value: float) -> float:
+    return float(f"{value:.{DIGITS}g}")
 
 
 def outcome_of(trial: optuna.trial.FrozenTrial, problem: Problem) -> Outcome | None:

@@ -75,7 +75,7 @@ def test_hang_crash_and_lost_device_each_cost_one_trial(
     trials = {t.user_attrs["params"]["MODE"]: t for t in study.trials if "reason" in t.user_attrs}
     reasons = {mode: trial.user_attrs["reason"] for mode, trial in trials.items()}
     assert reasons == {
-        0: "",
+        0: "ok",
         1: "compile",
         2: "wrong",
         3: "wrong",

@@ -50,7 +50,7 @@ def test_failures_are_recorded_with_their_reason_and_the_search_goes_on(
     reasons = {
         t.user_attrs["params"]["MODE"]: t.user_attrs["reason"] for t in measured_trials(study)
     }
-    assert reasons == {0: "", 1: "compile", 2: "wrong", 3: "wrong", 4: "timeout", 5: "compile"}
+    assert reasons == {0: "ok", 1: "compile", 2: "wrong", 3: "wrong", 4: "timeout", 5: "compile"}
 
 
 @pytest.mark.parametrize("budget", ["trials", "timeout"])
