@@ -43,12 +43,10 @@ class Compiled:
 
 def _check_limits(shader: Shader, gpu: Gpu) -> None:
     """Refuse, before wgpu does, a shader that needs more than the device has."""
-    for feature in required_features(shader.wgsl):  # its `enable` directives
-        if not gpu.has_feature(feature):
-            what = "f16" if feature == "shader-f16" else "the shader"
-            raise CompileError(
-                "limits", f"{what} needs the {feature} feature; {gpu.summary} lacks it"
-            )
+    for feature in gpu.lacks(required_features(shader.wgsl)):  # its `enable` directives
+        what = "f16" if feature == "shader-f16" else "the shader"
+        message = f"{what} needs the {feature} feature; {gpu.described} lacks it"
+        raise CompileError("limits", message)
     for limit, need in shader.plan.needs().items():
         if need > gpu.limits[limit]:
             raise CompileError("limits", f"{limit} is {gpu.limits[limit]}, the shader needs {need}")

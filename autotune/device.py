@@ -9,9 +9,10 @@ adapter than wgpu's high-performance choice; `python -m autotune devices` lists 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 import re
-import weakref
 from dataclasses import asdict, dataclass
 
 # Mesa's Vulkan drivers print "error: XDG_RUNTIME_DIR is invalid" on every adapter probe
@@ -164,20 +165,60 @@ class Gpu:
     compute limits, or a device the caller already has (`device`), with its own limits
     and features, which may be lower than the adapter's."""
 
-    def __init__(self, adapter: wgpu.GPUAdapter, device: wgpu.GPUDevice | None = None):
+    def __init__(
+        self,
+        adapter: wgpu.GPUAdapter,
+        device: wgpu.GPUDevice | None = None,
+        features: frozenset[str] | None = None,
+    ):
+        """`device`: the caller's, as it is; else one requested here with the adapter's
+        compute limits and its WANTED_FEATURES, or only those of `features` (a worker
+        measuring for a caller's device)."""
         self.adapter = adapter
         self.fingerprint = Fingerprint.of(adapter)  # the cache file: the adapter's, either way
         have = device or adapter
         self.features = frozenset(f for f in WANTED_FEATURES if f in have.features)
+        if features is not None:
+            self.features &= frozenset(features)
         self.limits = {name: int(have.limits[name]) for name in COMPUTE_LIMITS}
         self.device = device or adapter.request_device_sync(
             required_features=sorted(self.features), required_limits=dict(self.limits)
         )
         self.queue = self.device.queue
+        self.memo: dict = {}  # lookup's kernels on this device, most recently used last
+        self.caller = device is not None  # a device the caller requested, not this class
+        adapter_features = frozenset(f for f in WANTED_FEATURES if f in adapter.features)
+        # lower limits or fewer features than the adapter's: what it serves or keeps
+        # must not be served to the adapter's own devices as their best
+        self.limited = self.features != adapter_features or any(
+            self.limits[name] < int(adapter.limits[name]) for name in COMPUTE_LIMITS
+        )
+
+    @property
+    def capabilities(self) -> str:
+        """A short digest of the device's limits and features (names a study of it)."""
+        text = json.dumps([sorted(self.limits.items()), sorted(self.features)])
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
 
     def has_feature(self, feature: str) -> bool:
         """Whether this device has the WebGPU feature `feature` (WebGPU's name)."""
         return _WGPU_NAMES.get(feature, feature) in self.features
+
+    @property
+    def has_every_feature(self) -> bool:
+        """Whether it has every feature a template can ask for (ENABLE_FEATURES)."""
+        return all(self.has_feature(f) for f in ENABLE_FEATURES.values())
+
+    def lacks(self, features) -> tuple[str, ...]:
+        """Those of `features` (WebGPU's names) this device does not have."""
+        return tuple(f for f in features if not self.has_feature(f))
+
+    @property
+    def described(self) -> str:
+        """The device in error messages: a caller's is named as the one they gave."""
+        if self.caller:
+            return f"the wgpu.GPUDevice given (on {self.summary}; see its required_features)"
+        return self.summary
 
     @property
     def has_timestamps(self) -> bool:
@@ -239,9 +280,9 @@ def get_gpu() -> Gpu:
     return _gpu_for(os.environ.get(ADAPTER_ENV, ""))
 
 
-# The Gpu of each caller's device, made once per device (kernels compiled for it keep
-# their pipelines; lookup's memo is keyed by it), dropped with the device.
-_CALLERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# The attribute of a caller's wgpu.GPUDevice that holds its Gpu: made once per device,
+# with lookup's memo of kernels on it, all collected with the device (a cycle).
+_GPU_ATTRIBUTE = "_autotune_gpu"
 
 
 def gpu_of(device: object, error=ValueError) -> Gpu:
@@ -249,9 +290,9 @@ def gpu_of(device: object, error=ValueError) -> Gpu:
     (an ArgumentError class) refuses anything else."""
     if not isinstance(device, wgpu.GPUDevice):
         raise error("device", f"device must be a wgpu.GPUDevice, got {type(device).__name__}")
-    if device not in _CALLERS:
-        _CALLERS[device] = Gpu(device.adapter, device)
-    return _CALLERS[device]
+    if getattr(device, _GPU_ATTRIBUTE, None) is None:
+        setattr(device, _GPU_ATTRIBUTE, Gpu(device.adapter, device))
+    return getattr(device, _GPU_ATTRIBUTE)
 
 
 def given_gpu(gpu: object, device: object, error=ValueError) -> Gpu | None:
@@ -266,20 +307,22 @@ def given_gpu(gpu: object, device: object, error=ValueError) -> Gpu | None:
     return gpu_of(device, error)
 
 
-def gpu_matching(fingerprint: dict | None) -> Gpu:
+def gpu_matching(fingerprint: dict | None, features=None) -> Gpu:
     """A Gpu of its own on the adapter with this fingerprint (the tuner's, whose device
-    may be a caller's): get_gpu()'s when it is that adapter."""
-    gpu = get_gpu()
-    if fingerprint is None or gpu.fingerprint.as_dict() == fingerprint:
-        return gpu
-    return _gpu_of_adapter(Fingerprint(**fingerprint))
+    may be a caller's), with only `features` where given (the caller's device's);
+    get_gpu()'s when neither is given. Two identical GPUs have one fingerprint: the
+    first of them is taken."""
+    if fingerprint is None and features is None:
+        return get_gpu()
+    wanted = Fingerprint(**fingerprint) if fingerprint else get_gpu().fingerprint
+    return _gpu_of_adapter(wanted, None if features is None else frozenset(features))
 
 
 @functools.cache
-def _gpu_of_adapter(fingerprint: Fingerprint) -> Gpu:
+def _gpu_of_adapter(fingerprint: Fingerprint, features: frozenset | None) -> Gpu:
     for adapter in list_adapters():
         if Fingerprint.of(adapter) == fingerprint:
-            return Gpu(adapter)
+            return Gpu(adapter, features=features)
     raise NoAdapterError(f"no adapter here is {fingerprint.device!r} ({fingerprint.backend})")
 
 

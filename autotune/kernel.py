@@ -138,14 +138,14 @@ def check_features(problem: Problem, features, device: str = "this device") -> N
     if problem.dtype == "f16" and "shader-f16" not in features:
         raise ProblemError(
             "dtype",
-            f"dtype f16 needs the adapter feature shader-f16, which {device} does not have",
+            f"dtype f16 needs the feature shader-f16, which {device} does not have",
         )
 
 
 def check_fits(problem: Problem, gpu: Gpu, limits: dict | None = None) -> None:
     """Raise ProblemError when a matrix of `problem` exceeds the buffer limits (the
     device's, or `limits` such as WebGPU's defaults), or the device lacks a feature."""
-    check_features(problem, gpu.features, gpu.summary)
+    check_features(problem, gpu.features, gpu.described)
     limits = limits or gpu.limits
     # the smaller limit is the one a matrix meets first (checked before any allocation)
     limit_name = min(("max-storage-buffer-binding-size", "max-buffer-size"), key=limits.get)

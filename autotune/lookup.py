@@ -11,8 +11,8 @@ verified at it before it is handed out.
 
 from __future__ import annotations
 
-import functools
 import time
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +22,7 @@ from . import cache, predict
 from .arguments import ArgumentError, check_flag, check_folder
 from .compile import CompileError, compile_shader
 from .data import BUILT_IN
-from .device import Gpu, get_gpu, given_gpu, portable_limits, versions
+from .device import Gpu, get_gpu, given_gpu, portable_limits, required_features, versions
 from .kernel import Kernel, check_fits, check_operands
 from .key import Key
 from .measure import TooSlow, measure
@@ -31,6 +31,8 @@ from .render import render
 from .space import Config, check_runnable, load_space
 from .verify import Reference, verify
 
+MEMO_SIZE = 256  # kernels memoized per device
+_MEMOIZED: weakref.WeakSet = weakref.WeakSet()  # the devices (Gpus) with memoized kernels
 ESTIMATE_S = 2.0  # what choosing among ranked configs at a new shape may take, about
 SHORTLIST = 6  # ranked configs timed at a new shape (each family's best among them)
 
@@ -43,11 +45,18 @@ def _stores(gpu: Gpu, cache_dir) -> list[cache.DeviceCache]:
     return [cache.DeviceCache(f, gpu.fingerprint.as_dict(), versions()) for f in folders]
 
 
-def _fits(limits: dict, problem: Problem):
-    """accept(entry): its config is valid for `problem` within `limits`."""
-    return lambda entry: (
-        not load_space(entry.key.template).why_invalid(entry.config, problem, limits)
-    )
+def _runs_here(limits: dict, problem: Problem, gpu: Gpu):
+    """accept(config): valid for `problem` within `limits`, and its kernel needs no
+    feature the device lacks (a subgroup kernel on a device requested without them)."""
+
+    def accept(config: Config) -> bool:
+        if load_space(config.template).why_invalid(config, problem, limits):
+            return False
+        if gpu.has_every_feature:  # (rendering to read the `enable` lines takes ~10 ms)
+            return True
+        return not gpu.lacks(required_features(render(config, problem).wgsl))
+
+    return accept
 
 
 def _verified(problem, config: Config, source, checks, gpu, reference, entry=None):
@@ -69,17 +78,19 @@ def _ranked(problem, checks, stores, gpu, limits) -> list[predict.Candidate]:
     """Every config this device's caches measured (at any shape and, in the same element
     type, any layout, batch or epilogue; in this mode) and each family's known-good
     configs, valid at `problem`, fastest predicted first."""
-    fits = _fits(limits, problem)
+    runs = _runs_here(limits, problem, gpu)
     measured = [
         e
         for store in stores
         for e in store.entries().values()
         if e.key.checks == checks and not e.estimated and cache.is_current(e)
     ]  # (the roof from tuned entries only: an estimate's three short passes are noisier)
-    usable = [e for e in measured if e.key.problem.dtype == problem.dtype and fits(e)]
-    seeds = _seeds(problem, limits)
+    typed = [e for e in measured if e.key.problem.dtype == problem.dtype]
+    usable = [e for e in typed if runs(e.config)]
+    seeds = [c for c in _seeds(problem, limits) if runs(c)]
     units = predict.compute_units(gpu.fingerprint.device)
-    return predict.ranked(problem, usable, seeds, units, predict.Roof.of(measured))
+    roof = predict.Roof.of(typed or measured)  # f16 runs faster: each type's own roof
+    return predict.ranked(problem, usable, seeds, units, roof)
 
 
 def _seeds(problem: Problem, limits) -> list[Config]:
@@ -140,12 +151,22 @@ def _estimate(problem, checks, stores, gpu, limits, reference, portable, budget_
         key, kernel.config, measurement, verdict.error,
         tuning_s=time.monotonic() - started, estimated=True,
     )  # fmt: skip
-    try:
-        stores[0].put(entry)
-    except (OSError, cache.CacheError) as error:  # served all the same, chosen again next time
-        cache.warn_once(f"{stores[0].path}: estimated kernel not kept: {error}")
+    if _keeps_estimates(stores[0], gpu):
+        try:
+            stores[0].put(entry)
+        except (OSError, cache.CacheError) as error:  # served all the same, chosen again
+            cache.warn_once(f"{stores[0].path}: estimated kernel not kept: {error}")
     kernel.entry = entry
     return kernel
+
+
+def _keeps_estimates(store: cache.DeviceCache, gpu: Gpu) -> bool:
+    """Whether an estimate is written to `store`: not into the shipped cache (a
+    checkout's default folder holds tuned entries only), nor for a device of lower
+    limits or fewer features than its adapter's (its choice would be served to the
+    adapter's own devices). It is served all the same, and memoized in the process."""
+    shipped = store.folder.resolve() == cache.shipped_cache_dir().resolve()
+    return not shipped and not gpu.limited
 
 
 def default_kernel(
@@ -171,30 +192,37 @@ def default_kernel(
     raise ProblemError("shape", f"no default kernel computes {problem} correctly on this device")
 
 
-def _cached(problem, checks, stores, fits) -> cache.Entry | None:
+def _cached(problem, checks, stores, runs) -> cache.Entry | None:
     """The problem's fastest tuned entry in the first store that has one; else its
-    estimate, likewise (an estimate never hides a tuned entry of a later store)."""
+    estimate, likewise (an estimate never hides a tuned entry of a later store); of
+    configs that run here (`runs(config)`)."""
     for tuned in (True, False):
         for store in stores:
-            accept = lambda e, tuned=tuned: e.estimated != tuned and fits(e)  # noqa: E731
+            accept = lambda e, tuned=tuned: e.estimated != tuned and runs(e.config)  # noqa: E731
             entry = store.best(problem, checks, accept)
             if entry is not None:
                 return entry
     return None
 
 
-@functools.lru_cache(maxsize=256)
-def _lookup(
-    problem: Problem,
-    checks: bool,
-    cache_dir: str | None,
-    gpu: Gpu,
-    portable: bool,
-    estimate_s: float,
-) -> Kernel:
+def _memoized(problem, checks, cache_dir, gpu, portable, estimate_s) -> Kernel:
+    """_lookup's kernel, memoized on the device (gpu.memo, MEMO_SIZE most recent), so
+    that a caller's device and its kernels are collected together."""
+    key = (problem, checks, cache_dir, portable, estimate_s)
+    if key in gpu.memo:
+        gpu.memo[key] = gpu.memo.pop(key)  # the most recently used last
+    else:
+        gpu.memo[key] = _lookup(problem, checks, cache_dir, gpu, portable, estimate_s)
+        if len(gpu.memo) > MEMO_SIZE:
+            gpu.memo.pop(next(iter(gpu.memo)))
+        _MEMOIZED.add(gpu)
+    return gpu.memo[key]
+
+
+def _lookup(problem, checks, cache_dir, gpu: Gpu, portable, estimate_s) -> Kernel:
     limits = portable_limits(gpu.limits) if portable else gpu.limits
     stores = _stores(gpu, cache_dir)
-    entry = _cached(problem, checks, stores, _fits(limits, problem))
+    entry = _cached(problem, checks, stores, _runs_here(limits, problem, gpu))
     if entry is not None:
         source = "estimated" if entry.estimated else "exact"
         return Kernel(problem, entry.config, source, checks=checks, gpu=gpu, entry=entry)
@@ -206,7 +234,8 @@ def _lookup(
 
 def forget() -> None:
     """Drop memoized lookups (after a tune wrote new entries)."""
-    _lookup.cache_clear()
+    for gpu in list(_MEMOIZED):
+        gpu.memo.clear()
 
 
 def lookup(
@@ -254,11 +283,11 @@ def lookup(
     gpu = given_gpu(gpu, device, ArgumentError) or get_gpu()
     check_fits(problem, gpu, portable_limits(gpu.limits) if portable else None)
     folder = str(cache_dir) if cache_dir else None
-    kernel = _lookup(problem, bool(checks), folder, gpu, bool(portable), estimate_s)
+    kernel = _memoized(problem, bool(checks), folder, gpu, bool(portable), estimate_s)
     if kernel.entry is not None and not cache.is_current(kernel.entry):
         # its template changed since it was looked up: never served, look again
         forget()
-        kernel = _lookup(problem, bool(checks), folder, gpu, bool(portable), estimate_s)
+        kernel = _memoized(problem, bool(checks), folder, gpu, bool(portable), estimate_s)
     return kernel
 
 

@@ -8,17 +8,19 @@ because lookup times the best few at the real shape before it chooses:
     time(P) = max(time(P') * ideal(P) / ideal(P'), floor(P)) * (1 + distance(P, P'))
 
 for a config measured at P' (a cache entry of this device). ideal is the roofline time
-at the fastest rates this device's cache has seen (FLOP/s and bytes/s), on the share
-of the GPU the launch keeps busy: the fill of its waves of workgroups, and for the
-arithmetic the share of each tile inside C and what one invocation's register patch
-can reach. Compute-bound and memory-bound shapes scale
-as they should, and the model's errors where it misjudges a config cancel in the ratio
+at the fastest rates this device's cache has seen for the element type (FLOP/s and
+bytes/s), on the share of the GPU the launch keeps busy: the fill of its waves of
+workgroups, and for the arithmetic the share of each tile inside C and what one
+invocation's register patch can reach. Compute-bound and memory-bound shapes scale as
+they should, and the model's errors where it misjudges a config cancel in the ratio
 where they are the same at P and P'. Where they are not (a small launch the model
 judged too slow), nothing is predicted faster than floor(P), the whole GPU at the roof.
-The further P' is from P, the less its measurement says: the distance term (a few % per
-doubling of the work) ranks a config measured at a shape like P before one extrapolated
-from far away at the same prediction. A family's known-good configs never measured on
-this device are predicted at a fixed share of the ideal.
+Candidates the floor makes equal keep the order of their unclamped predictions. The
+further P' is from P, the less its measurement says: the distance term (a few % per
+doubling of the work, in FLOPs: shapes of equal work but other aspect are at distance
+0) ranks a config measured at a work like P's before one extrapolated from far away. A
+family's known-good configs never measured on this device are predicted at a fixed share
+of the ideal.
 """
 
 from __future__ import annotations
@@ -53,6 +55,13 @@ class Candidate:
     config: Config
     predicted_s: float
     entry: Entry | None  # the measurement it is predicted from; None for a family's seed
+    # before the roofline floor: orders candidates that the floor makes equal
+    unclamped_s: float | None = None
+
+    @property
+    def order(self) -> tuple[float, float]:
+        unclamped = self.predicted_s if self.unclamped_s is None else self.unclamped_s
+        return (self.predicted_s, unclamped)
 
 
 def compute_units(device_name: str) -> int:
@@ -137,14 +146,16 @@ def floor_seconds(problem: Problem, roof: Roof) -> float:
     return max(problem.flops / roof.flops_per_s, moved_bytes(problem) / roof.bytes_per_s)
 
 
-def predicted_seconds(entry: Entry, problem: Problem, units: int, roof: Roof) -> float:
-    """The measured config of `entry` at `problem` (the module's formula)."""
+def predicted_seconds(entry: Entry, problem: Problem, units: int, roof: Roof) -> tuple:
+    """The measured config of `entry` at `problem` (the module's formula), and the same
+    before the floor."""
     config, measured_at = entry.config, entry.key.problem
     scale = ideal_seconds(config, problem, units, roof) / ideal_seconds(
         config, measured_at, units, roof
     )
-    seconds = max(entry.median_s * scale, floor_seconds(problem, roof))
-    return seconds * (1 + distance(problem, measured_at))
+    extrapolated = 1 + distance(problem, measured_at)
+    unclamped = entry.median_s * scale * extrapolated
+    return max(unclamped, floor_seconds(problem, roof) * extrapolated), unclamped
 
 
 def ranked(
@@ -157,18 +168,17 @@ def ranked(
     variants = {p.variant for p in problem.answered_by}
     for entry in entries:
         config = entry.config
-        seconds = predicted_seconds(entry, problem, units, roof)
-        if entry.key.problem.variant not in variants:
-            seconds *= OTHER_VARIANT
-        candidate = Candidate(config, seconds, entry)
-        if config not in candidates or candidate.predicted_s < candidates[config].predicted_s:
+        seconds, unclamped = predicted_seconds(entry, problem, units, roof)
+        penalty = 1.0 if entry.key.problem.variant in variants else OTHER_VARIANT
+        candidate = Candidate(config, seconds * penalty, entry, unclamped * penalty)
+        if config not in candidates or candidate.order < candidates[config].order:
             candidates[config] = candidate
     for config in seeds:
         if config not in candidates:
             predicted = ideal_seconds(config, problem, units, roof) / SEED_SHARE
             candidates[config] = Candidate(config, predicted, None)
     # stable: equal predictions keep the seeds' order (each space's fastest known first)
-    return sorted(candidates.values(), key=lambda c: c.predicted_s)
+    return sorted(candidates.values(), key=lambda c: c.order)
 
 
 def shortlist(candidates: list[Candidate], size: int) -> list[Candidate]:
@@ -178,6 +188,6 @@ def shortlist(candidates: list[Candidate], size: int) -> list[Candidate]:
     firsts = {}
     for candidate in candidates:
         firsts.setdefault(candidate.config.template, candidate)
-    chosen = sorted(firsts.values(), key=lambda c: c.predicted_s)[: max(1, size // 2)]
+    chosen = sorted(firsts.values(), key=lambda c: c.order)[: max(1, size // 2)]
     rest = [c for c in candidates if c not in chosen]
-    return sorted(chosen + rest[: max(0, size - len(chosen))], key=lambda c: c.predicted_s)
+    return sorted(chosen + rest[: max(0, size - len(chosen))], key=lambda c: c.order)

@@ -89,7 +89,7 @@ def search(
         raise ValueError("give trials, timeout or both: the search needs a budget")
     arguments = dict(locals())
     if evaluator is None:  # our own worker, stopped when the search ends (however it ends)
-        with Worker(gpu.fingerprint.as_dict()) as worker:
+        with Worker(gpu.fingerprint.as_dict(), features=tuple(sorted(gpu.features))) as worker:
             worker.prepare(problem, reference_seed(seed), checks)
             return search(**(arguments | {"evaluator": worker}))
     if isinstance(evaluator, Worker) and not evaluator.prepared_for(problem, checks):

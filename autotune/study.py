@@ -51,6 +51,8 @@ def study_name(
     if problem.batch > 1 or problem.epilogue != "none":  # plain names stay as they were
         parts[5:5] = [problem.batch_text, problem.epilogue]
     parts += ["portable"] if portable else []
+    if getattr(gpu, "limited", False):  # a caller's device below its adapter: its own space
+        parts.append(f"limited-{gpu.capabilities}")
     parts += [f"{t}-{template_hash(t)}" for t in templates]
     return ":".join(parts)
 

@@ -289,7 +289,11 @@ def _evaluator(problem: Problem, o: TuneOptions, gpu: Gpu, stack) -> Evaluator:
             stack.enter_context(evaluator)
         return evaluator
     worker = stack.enter_context(
-        Worker(gpu.fingerprint.as_dict(), candidate_timeout=o.candidate_timeout)
+        Worker(
+            gpu.fingerprint.as_dict(),
+            candidate_timeout=o.candidate_timeout,
+            features=tuple(sorted(gpu.features)),
+        )
     )
     worker.prepare(problem, reference_seed(o.seed), o.checks)
     return worker

@@ -64,8 +64,10 @@ class Worker:
         fingerprint: dict | None = None,
         startup_s: float = STARTUP_S,
         candidate_timeout: float = CANDIDATE_S,
+        features: tuple[str, ...] | None = None,
     ):
         self.expected_fingerprint = fingerprint  # the tuner's device: the worker must match
+        self.features = features  # the tuner's device's (None: the adapter's)
         self.startup_s = startup_s
         self.candidate_timeout = candidate_timeout  # a candidate's deadline (compile to time)
         self.process: subprocess.Popen | None = None
@@ -92,7 +94,8 @@ class Worker:
             self._start()
         if self.ready_for != self.setup:
             try:
-                self.connection.send(("setup", *self.setup, self.expected_fingerprint))
+                device = (self.expected_fingerprint, self.features)
+                self.connection.send(("setup", *self.setup, *device))
             except OSError:
                 pass  # it died at start: _answer sees that
             answer = self._answer(self.startup_s)
@@ -296,10 +299,10 @@ def serve(connection: Connection, evaluate=evaluate) -> int:
         if kind == "exit":
             return 0
         if kind == "setup":
-            _, problem, seed, checks, fingerprint = message
+            _, problem, seed, checks, fingerprint, features = message
             compiling.clear()
             try:
-                gpu = gpu_matching(fingerprint)  # the tuner's adapter
+                gpu = gpu_matching(fingerprint, features)  # the tuner's adapter and features
                 reference = Reference(problem, seed)
             except Exception as error:
                 connection.send(("error", f"{type(error).__name__}: {error}"))

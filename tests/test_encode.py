@@ -2,11 +2,17 @@
 the caller's command encoder (buffers at offsets, every pass of the plan), set_scalars,
 buffer_sizes, and each wrong buffer refused before anything is recorded."""
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 import wgpu
+from entries import seed_entry
 
 import autotune
+from autotune import cache
+from autotune.device import gpu_of, versions
 from autotune.kernel import Kernel
 from autotune.problem import Problem
 from autotune.space import load_space
@@ -23,7 +29,8 @@ LOW_LIMITS = {
 
 @pytest.fixture(scope="module")
 def device(gpu):
-    """A device of the caller's own, on the tests' adapter, with WebGPU's default limits."""
+    """A device of the caller's own on the tests' adapter, as wgpu-py requests one without
+    arguments: the adapter's limits, no optional feature."""
     return gpu.adapter.request_device_sync()
 
 
@@ -118,7 +125,7 @@ def test_split_k_records_both_passes_on_its_own_workspace(gpu, device):
     then the reduction into the caller's C."""
     problem = Problem(8, 16, 2048)
     config = load_space("splitk").seed_configs(problem, autotune.get_gpu().limits)[0]
-    kernel = Kernel(problem, config, "default", gpu=autotune.device.gpu_of(device))
+    kernel = Kernel(problem, config, "default", gpu=gpu_of(device))
     assert len(kernel.shader.plan.passes) == 2 and kernel.shader.plan.workspaces
     rng = np.random.default_rng(4)
     A = rng.standard_normal((8, 2048), dtype=np.float32)
@@ -210,3 +217,76 @@ def test_tuning_for_a_device_with_lower_limits_keeps_within_them(low_device, tmp
     assert needs["max-compute-invocations-per-workgroup"] <= 64
     kernel = autotune.lookup(64, 64, 64, device=low_device, cache_dir=tmp_path)
     assert kernel.source == "exact" and kernel.config == result.entry.config
+
+
+def _cache_with(gpu, folder, problem, config, estimated=False):
+    store = cache.DeviceCache(folder, gpu.fingerprint.as_dict(), versions())
+    key = cache.Key.of(problem, config, True)
+    store.put(seed_entry(problem, config.template, key=key, params=config.as_dict(),
+                         median_s=1e-9, estimated=estimated))  # fmt: skip
+    return store
+
+
+def test_a_cached_config_over_the_devices_limits_is_not_served(gpu, low_device, tmp_path):
+    """The fastest tuned entry of the shape needs 256 invocations: a device of 64 gets a
+    config within its limits; the adapter's own device gets the entry."""
+    problem = Problem(64, 64, 64)
+    config = load_space("blocked").seed_configs(problem)[0]
+    assert load_space("blocked").plan(config, problem).needs()[
+        "max-compute-invocations-per-workgroup"] > 64  # fmt: skip
+    _cache_with(gpu, tmp_path, problem, config)
+    assert autotune.lookup(64, 64, 64, gpu=gpu, cache_dir=tmp_path).source == "exact"
+    kernel = autotune.lookup(64, 64, 64, device=low_device, cache_dir=tmp_path)
+    assert kernel.source != "exact" and kernel.config != config
+    assert kernel.shader.plan.needs()["max-compute-invocations-per-workgroup"] <= 64
+
+
+def test_a_kernel_needing_a_feature_the_device_lacks_is_not_served(gpu, device, tmp_path):
+    """A subgroup decode kernel is tuned for the shape; the caller's device was requested
+    without the subgroup feature: it is served a kernel without subgroup operations."""
+    if not gpu.has_feature("subgroups"):
+        pytest.skip("the adapter has no subgroups")
+    problem = Problem(1, 256, 256, layout="nt")
+    config = next(c for c in load_space("gemv").seed_configs(problem) if c.as_dict()["SG"])
+    _cache_with(gpu, tmp_path, problem, config)
+    assert autotune.lookup(1, 256, 256, layout="nt", gpu=gpu, cache_dir=tmp_path).config == config
+    kernel = autotune.lookup(1, 256, 256, layout="nt", device=device, cache_dir=tmp_path)
+    assert kernel.config != config and "subgroup" not in kernel.wgsl
+    A = np.ones((1, 256), np.float32)
+    assert close(kernel(A, np.ones((256, 256), np.float32)), np.full((1, 256), 256.0))
+
+
+def test_a_missing_feature_is_named_as_the_devices(device):
+    with pytest.raises(ValueError, match="wgpu.GPUDevice given") as error:
+        autotune.lookup(8, 8, 8, "f16", device=device)
+    assert error.value.field == "dtype"
+
+
+def test_estimates_for_a_device_of_lower_limits_are_not_kept(gpu, low_device, tmp_path):
+    """What suits 64 invocations is not the adapter's best: not written where the
+    adapter's own lookups would find it."""
+    kernel = autotune.lookup(40, 56, 72, device=low_device, cache_dir=tmp_path)
+    assert kernel.source == "estimated" or kernel.source == "default"
+    assert not list(tmp_path.glob("*.json"))
+    assert autotune.lookup(40, 56, 72, gpu=gpu, cache_dir=tmp_path).source == "estimated"
+    assert list(tmp_path.glob("*.json"))  # the adapter's own estimate is kept
+
+
+def test_the_callers_device_and_its_kernels_are_collected_with_it(gpu, tmp_path):
+    device = gpu.adapter.request_device_sync()
+    kernel = autotune.lookup(16, 20, 24, device=device, cache_dir=tmp_path)
+    kernel.set_scalars()  # its uniform block on the device
+    gone = weakref.ref(device)
+    del device, kernel
+    gc.collect()
+    assert gone() is None
+
+
+@pytest.mark.slow
+def test_tuning_for_a_device_without_subgroups_measures_none(gpu, device, tmp_path):
+    if not gpu.has_feature("subgroups"):
+        pytest.skip("the adapter has no subgroups")
+    result = autotune.tune(1, 256, 256, layout="nt", trials=6, templates=["gemv"],
+                           device=device, cache_dir=tmp_path, sampler="random", seed=3)  # fmt: skip
+    assert result.entry is not None and result.entry.config.as_dict()["SG"] == 0
+    assert all(c.as_dict()["SG"] == 0 for c in result.search.finalists)

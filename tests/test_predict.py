@@ -171,3 +171,33 @@ def test_a_config_measured_for_another_layout_is_a_candidate_a_little_slower():
     (same,) = predict.ranked(nn, [entry], [], H200, roof)
     (other,) = predict.ranked(nt, [entry], [], H200, roof)
     assert other.entry is entry and other.predicted_s == pytest.approx(1.25 * same.predicted_s)
+
+
+def test_configs_the_floor_makes_equal_keep_their_measured_order():
+    """Two configs of one tile measured at a small launch, one 1.5x slower: at a large
+    shape both reach the roofline floor, and the faster still ranks first, whichever
+    order the cache holds them in."""
+    small, large = Problem(512, 512, 4096), Problem(3072, 3072, 4096)
+    fast = measured(small, blocked(), 1e-4)
+    slow = measured(small, blocked(PAD=1), 1.5e-4)
+    roof = predict.Roof(flops_per_s=50e12, bytes_per_s=4e12)
+    for entries in ([fast, slow], [slow, fast]):
+        ranked = predict.ranked(large, entries, [], H200, roof)
+        assert ranked[0].predicted_s == ranked[1].predicted_s  # both at the floor
+        assert [c.entry for c in ranked] == [fast, slow]
+
+
+def test_each_element_type_is_predicted_from_its_own_roof(gpu, tmp_path):
+    """f16 entries reach rates f32 never does: an f32 shape's predictions stay at or above
+    the roofline of what f32 was measured to reach."""
+    from autotune.lookup import _ranked
+
+    store = cache.DeviceCache(tmp_path, gpu.fingerprint.as_dict(), versions())
+    f32, f16 = Problem(256, 256, 256), Problem(256, 256, 256, "f16")
+    store.put(seed_entry(f32, "blocked", median_s=1e-3))
+    if "shader-f16" in gpu.features:
+        store.put(seed_entry(f16, "blockedx", median_s=1e-5))  # 100x the f32 rate
+    big = Problem(1024, 1024, 1024)
+    roof = predict.Roof.of([e for e in store.entries().values() if e.key.problem == f32])
+    ranked = _ranked(big, True, [store], gpu, gpu.limits)
+    assert min(c.predicted_s for c in ranked) >= predict.floor_seconds(big, roof)
