@@ -166,7 +166,7 @@ def check_fits(problem: Problem, gpu: Gpu, limits: dict | None = None) -> None:
 def _storage(gpu: Gpu, data: np.ndarray, extra=0):
     usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | extra
     data = data.ravel()
-    if data.size % 4:  # bindings are arrays of up to vec4: whole vectors (f16: 8 bytes)
+    if data.size % 4:  # room for a whole vec4 at the end (a binding's size is plan's)
         data = np.concatenate([data, np.zeros(4 - data.size % 4, data.dtype)])
     return gpu.device.create_buffer_with_data(data=data, usage=usage)
 
@@ -384,9 +384,10 @@ class Kernel:
         return self._resident
 
     def set_scalars(self, alpha: float = 1.0, beta: float = 0.0) -> None:
-        """alpha and beta for what `encode` records and is submitted from now on (one
-        pair per kernel object: lookup returns the same object for the same problem).
-        The epilogue must have them: alpha != 1 needs "alpha", beta != 0 "beta"."""
+        """alpha and beta for what `encode` records and is submitted from now on: one
+        pair per kernel object, kept with it (keep the object: another lookup may return
+        a new one, at alpha = 1 and beta = 0, e.g. after a tune). The epilogue must have
+        them: alpha != 1 needs "alpha", beta != 0 "beta"."""
         values = {"alpha": check_scalar("alpha", alpha), "beta": check_scalar("beta", beta)}
         for name, neutral in (("alpha", 1.0), ("beta", 0.0)):
             if values[name] != neutral and name not in self.problem.ops:

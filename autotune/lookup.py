@@ -273,8 +273,10 @@ def lookup(
     with `kernel.encode`.
 
     `device`: a wgpu.GPUDevice of the caller's: only configs within its limits and
-    features are served, compiled on it (`checks=False`: without runtime checks), from
-    the cache file of its adapter; `kernel.encode` then records into its encoders.
+    features are served, from the cache file of its adapter, compiled on it (with
+    `checks=False`, as always, without runtime checks); `kernel.encode` then records
+    into its encoders. Estimates for a device of lower limits or fewer features than its
+    adapter's are not kept on disk.
     """
     problem = Problem(M, N, K, dtype, layout, batch, shared_b, epilogue, accumulate)
     checks, portable = check_flag("checks", checks), check_flag("portable", portable)

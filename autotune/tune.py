@@ -184,9 +184,9 @@ def tune(M: int, N: int, K: int, dtype: str = "f32", **options) -> TuneResult:
     candidate_timeout, compile_ahead). Without `templates`, the built-in ones that
     compute the problem are searched. `portable` searches only configs within WebGPU's
     default limits (for export to any browser); lookup(portable=True) finds them.
-    `device`, a caller's
-    wgpu.GPUDevice: only configs within its limits are searched, into its adapter's
-    cache file; the candidates run in the worker process on a device of the same adapter.
+    `device`, a caller's wgpu.GPUDevice: only configs within its limits and features
+    are searched, into its adapter's cache file; the candidates run in the worker
+    process, on a device of the same adapter with the same features.
     """
     variant = {k: options.pop(k) for k in VARIANT_KEYS if k in options}
     problem = Problem(M, N, K, dtype, **variant)

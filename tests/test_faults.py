@@ -183,9 +183,10 @@ def test_nearest_and_exported_kernels_are_verified_at_their_shape(gpu, faulty_te
     assert not (tmp_path / "out").exists()
 
 
-def test_worker_that_cannot_start_is_an_error_not_a_trial(gpu, monkeypatch):
-    monkeypatch.setenv("AUTOTUNE_ADAPTER", "no-such-gpu-anywhere")  # the worker's choice only
-    with Worker(gpu.fingerprint.as_dict()) as worker:
+def test_worker_that_cannot_start_is_an_error_not_a_trial(gpu):
+    # the worker opens the tuner's adapter by its fingerprint: here one on no machine
+    nowhere = dict(gpu.fingerprint.as_dict(), device="no-such-gpu-anywhere")
+    with Worker(nowhere) as worker:
         with pytest.raises(WorkerError, match="could not prepare.*no-such-gpu-anywhere"):
             worker.prepare(PROBLEM, 1, True)
         assert worker.process is None

@@ -201,3 +201,19 @@ def test_each_element_type_is_predicted_from_its_own_roof(gpu, tmp_path):
     roof = predict.Roof.of([e for e in store.entries().values() if e.key.problem == f32])
     ranked = _ranked(big, True, [store], gpu, gpu.limits)
     assert min(c.predicted_s for c in ranked) >= predict.floor_seconds(big, roof)
+
+
+def test_the_shipped_cache_holds_tuned_entries_only(gpu, monkeypatch):
+    """In a checkout the default cache folder is the shipped cache/: a lookup there
+    serves its estimate without writing it, and no shipped file holds an estimate."""
+    shipped = cache.shipped_cache_dir()
+    before = {p.name: p.read_bytes() for p in shipped.iterdir()}
+    monkeypatch.delenv("AUTOTUNE_CACHE", raising=False)
+    assert cache.default_cache_dir() == shipped
+    forget()
+    kernel = autotune.lookup(27, 19, 45, gpu=gpu)
+    assert kernel.source == "estimated"
+    assert {p.name: p.read_bytes() for p in shipped.iterdir()} == before
+    for path in shipped.glob("*.json"):
+        entries = json.loads(path.read_text())["entries"]
+        assert not [k for k, v in entries.items() if v.get("estimated")], path.name

@@ -85,7 +85,7 @@ def test_render_variants():
 
 
 def test_shader_f16_missing_is_named():
-    with pytest.raises(ProblemError, match="needs the adapter feature shader-f16") as raised:
+    with pytest.raises(ProblemError, match="needs the feature shader-f16") as raised:
         check_features(Problem(8, 8, 8, "f16"), frozenset({"timestamp-query"}), "some GPU")
     assert raised.value.field == "dtype"
     check_features(Problem(8, 8, 8, "f16"), frozenset({"shader-f16"}))
