@@ -53,16 +53,18 @@ def read_limited(path: str | os.PathLike, limit: int) -> bytes:
     return data
 
 
-def write_whole(path: Path, text: str, commit: Callable[[Path], None] | None = None) -> None:
-    """Write `text` to `path` whole or not at all: into a new temp file beside it, named
+def write_whole(
+    path: Path, text: str | bytes, commit: Callable[[Path], None] | None = None
+) -> None:
+    """Write `text` (UTF-8, or bytes as they are) to `path` whole or not at all: into a new temp file beside it, named
     `<name>.<random>.tmp` and created exclusively (never through a link; mode 0o666 less
     the umask), flushed to disk, then renamed over `path` by `commit(temp)` (default:
     os.replace). A temp file left by a kill is its writer's to clean up."""
     temp = path.with_name(f"{path.name}.{secrets.token_hex(6)}.tmp")
     try:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-        with open(os.open(temp, flags, 0o666), "w", encoding="utf-8") as file:
-            file.write(text)
+        with open(os.open(temp, flags, 0o666), "wb") as file:
+            file.write(text.encode() if isinstance(text, str) else text)
             file.flush()
             os.fsync(file.fileno())
         commit(temp) if commit else os.replace(temp, path)
