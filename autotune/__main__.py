@@ -9,6 +9,7 @@
     python -m autotune devices
     python -m autotune demo
     python -m autotune cache merge A.json B.json --out merged.json
+    python -m autotune quantize W.npy --bits 4 --group 128 --out weights/ [--zero-points]
 
 Bad input exits with code 2 and one line naming the argument; no traceback.
 """
@@ -19,6 +20,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -97,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     _tune_parser(commands)
     _lookup_and_export_parsers(commands)
     _other_parsers(commands)
+    _quantize_parser(commands)
     return parser
 
 
@@ -261,6 +264,27 @@ def _other_parsers(commands) -> None:
         metavar="PATH",
         help="merged file, or a folder (the file then gets the device's cache file name)",
     )
+
+
+def _quantize_parser(commands) -> None:
+    quantize = commands.add_parser(
+        "quantize",
+        help="quantize a weight (N x K, a .npy file) to q8 or 4-bit: writes NAME.data.bin, "
+        "NAME.scales.bin (NAME.zeros.bin) and NAME.json (docs/QUANTIZED.md)",
+    )
+    quantize.add_argument("W", help="the weight: a 2-D float .npy file, N x K (y = x @ W.T)")
+    quantize.add_argument("--bits", type=int, required=True, choices=[4, 8], help="8 or 4")
+    quantize.add_argument(
+        "--group", type=int, default=None, help="4-bit: K values per scale, 32, 64 or 128"
+    )
+    quantize.add_argument(
+        "--zero-points", action="store_true", help="4-bit: asymmetric, a zero point per group"
+    )
+    quantize.add_argument(
+        "--scales", default="f16", choices=["f16", "f32"], help="scale type (default f16)"
+    )
+    quantize.add_argument("--out", required=True, metavar="DIR", help="folder for the files")
+    quantize.add_argument("--name", default=None, help="file names' stem (default: W's)")
 
 
 def _problems(args) -> list:
@@ -649,8 +673,51 @@ def _cache(args, problems, console: Console) -> int:
     return 0
 
 
+MAX_NPY_BYTES = 1 << 34  # 16 GiB: a weight read whole into memory
+
+
+def _read_npy(path: str):
+    """The array in the .npy file `path` (no pickles), through the bounded reader."""
+    import io
+
+    import numpy as np
+
+    from .files import read_limited
+
+    try:
+        return np.load(io.BytesIO(read_limited(path, MAX_NPY_BYTES)), allow_pickle=False)
+    except (OSError, FileRefused, ValueError, EOFError) as error:
+        raise UsageError(f"argument W: {path!r} cannot be read as a .npy array: {error}") from None
+
+
+def _quantize(args, problems, console: Console) -> int:
+    import numpy as np
+
+    from .quantize import quantize
+
+    W = _read_npy(args.W)
+    name = args.name if args.name is not None else Path(args.W).name.removesuffix(".npy")
+    options = {"W": "W", "folder": "--out", "name": "--name"}
+    try:
+        qw = quantize(W, args.bits, args.group, args.zero_points, args.scales)
+        paths = qw.save(args.out, name)
+    except ArgumentError as error:
+        option = options.get(error.field, _option(error.field))
+        raise UsageError(f"argument {option}: {error}") from None
+    error = qw.dequantize().astype(np.float64) - W.astype(np.float64)
+    console.print(
+        f"{qw.format} {qw.shape[0]}x{qw.shape[1]} ({qw.scales.dtype} scales): "
+        f"{W.nbytes:,} bytes ({W.dtype}) -> {qw.nbytes:,} bytes; error max "
+        f"{np.abs(error).max():.3g}, RMS {np.sqrt(np.mean(error**2)):.3g}",
+        soft_wrap=True,
+    )
+    console.print(", ".join(str(p) for p in paths.values()), soft_wrap=True)
+    return 0
+
+
 COMMANDS = {
     "cache": _cache,
+    "quantize": _quantize,
     "tune": _tune,
     "lookup": _lookup,
     "export": _export,

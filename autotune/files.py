@@ -56,10 +56,11 @@ def read_limited(path: str | os.PathLike, limit: int) -> bytes:
 def write_whole(
     path: Path, text: str | bytes, commit: Callable[[Path], None] | None = None
 ) -> None:
-    """Write `text` (UTF-8, or bytes as they are) to `path` whole or not at all: into a new temp file beside it, named
-    `<name>.<random>.tmp` and created exclusively (never through a link; mode 0o666 less
-    the umask), flushed to disk, then renamed over `path` by `commit(temp)` (default:
-    os.replace). A temp file left by a kill is its writer's to clean up."""
+    """Write `text` (as UTF-8; bytes as they are) to `path` whole or not at all: into a
+    new temp file beside it, named `<name>.<random>.tmp` and created exclusively (never
+    through a link; mode 0o666 less the umask), flushed to disk, then renamed over `path`
+    by `commit(temp)` (default: os.replace). A temp file left by a
+    kill is its writer's to clean up."""
     temp = path.with_name(f"{path.name}.{secrets.token_hex(6)}.tmp")
     try:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
