@@ -478,7 +478,8 @@ def _read_array(path: Path, info: object, refuse) -> np.ndarray:
     try:
         raw = read_limited(path.parent / name, size)
     except (OSError, FileRefused) as error:
-        raise refuse(f"{name} cannot be read: {error}") from None
+        says = f"its manifest says {shape} {dtype}: {size} bytes"
+        raise refuse(f"{name} cannot be read: {error}; {says}") from None
     if len(raw) != size:
         raise refuse(f"{name} has {len(raw)} bytes; its manifest says {shape} {dtype}: {size}")
     return np.frombuffer(raw, np.dtype(dtype).newbyteorder("<")).reshape(shape).astype(dtype)
