@@ -28,6 +28,8 @@ The format, byte for byte (docs/QUANTIZED.md has it with a worked example):
   type (f16 or f32), so no value is clamped and |W - W'| <= scale / 2 (as stored); and
   the codes are computed with the stored scale. A group (or row) of zeros gets scale 1,
   its codes dequantizing to exactly 0.
+- Files (`save`): NAME.data.bin, NAME.scales.bin (NAME.zeros.bin), the raw little-endian
+  arrays, and NAME.json, the manifest saying each one's dtype, shape and layout.
 """
 
 from __future__ import annotations
