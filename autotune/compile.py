@@ -13,7 +13,9 @@ from dataclasses import dataclass
 import wgpu
 
 from .device import Gpu, required_features
-from .render import Shader
+from .problem import Problem
+from .render import Shader, render
+from .space import Config
 
 _BUFFER_TYPES = {
     "read-only-storage": wgpu.BufferBindingType.read_only_storage,
@@ -50,6 +52,16 @@ def _check_limits(shader: Shader, gpu: Gpu) -> None:
     for limit, need in shader.plan.needs().items():
         if need > gpu.limits[limit]:
             raise CompileError("limits", f"{limit} is {gpu.limits[limit]}, the shader needs {need}")
+
+
+def missing_features(config: Config, problem: Problem, gpu) -> tuple[str, ...]:
+    """The features `config`'s kernel at `problem` needs (its `enable` lines) that the
+    device lacks: a subgroup kernel for a device requested without subgroups. Rendering
+    (about 10 ms) is skipped where the device has every one (or a stand-in Gpu of a
+    replayed search says nothing of features)."""
+    if getattr(gpu, "has_every_feature", True):
+        return ()
+    return gpu.lacks(required_features(render(config, problem).wgsl))
 
 
 def compile_shader(shader: Shader, gpu: Gpu, *, checks: bool = True) -> Compiled:

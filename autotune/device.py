@@ -67,6 +67,7 @@ WANTED_FEATURES = ("timestamp-query", "shader-f16", "subgroup")
 # what it needs by its `enable` lines, the one place that fact lives.
 ENABLE_FEATURES = {"f16": "shader-f16", "subgroups": "subgroups"}
 _WGPU_NAMES = {"subgroups": "subgroup"}  # where wgpu-py's name differs
+KERNEL_FEATURES = frozenset(_WGPU_NAMES.get(f, f) for f in ENABLE_FEATURES.values())
 # naga (wgpu-native 29) implements subgroup operations behind the device feature but
 # refuses the standard `enable subgroups;` directive ("not yet implemented in Naga"),
 # which browsers require: our shaders carry it, and it is removed for naga alone.
@@ -178,8 +179,8 @@ class Gpu:
         self.fingerprint = Fingerprint.of(adapter)  # the cache file: the adapter's, either way
         have = device or adapter
         self.features = frozenset(f for f in WANTED_FEATURES if f in have.features)
-        if features is not None:
-            self.features &= frozenset(features)
+        if features is not None:  # (timestamps are for measuring: always the adapter's)
+            self.features -= KERNEL_FEATURES - frozenset(features)
         self.limits = {name: int(have.limits[name]) for name in COMPUTE_LIMITS}
         self.device = device or adapter.request_device_sync(
             required_features=sorted(self.features), required_limits=dict(self.limits)
@@ -187,12 +188,22 @@ class Gpu:
         self.queue = self.device.queue
         self.memo: dict = {}  # lookup's kernels on this device, most recently used last
         self.caller = device is not None  # a device the caller requested, not this class
-        adapter_features = frozenset(f for f in WANTED_FEATURES if f in adapter.features)
-        # lower limits or fewer features than the adapter's: what it serves or keeps
-        # must not be served to the adapter's own devices as their best
-        self.limited = self.features != adapter_features or any(
+        # lower limits or fewer kernel features than the adapter's: its tuned entries and
+        # estimates have slots of their own (key.Key.of's `limited`)
+        self.limited = not self.kernel_features >= KERNEL_FEATURES & adapter.features or any(
             self.limits[name] < int(adapter.limits[name]) for name in COMPUTE_LIMITS
         )
+
+    @property
+    def kernel_features(self) -> frozenset[str]:
+        """Its features that a kernel can need (wgpu-py's names)."""
+        return self.features & KERNEL_FEATURES
+
+    @property
+    def limited_as(self) -> str | None:
+        """The capabilities digest of a device below its adapter (its cache space), else
+        None."""
+        return self.capabilities if self.limited else None
 
     @property
     def capabilities(self) -> str:

@@ -134,7 +134,7 @@ def check_operands(
 
 
 def check_features(problem: Problem, features, device: str = "this device") -> None:
-    """Raise ProblemError naming the missing adapter feature (f16 needs shader-f16)."""
+    """Raise ProblemError naming the missing feature (f16 needs shader-f16)."""
     if problem.dtype == "f16" and "shader-f16" not in features:
         raise ProblemError(
             "dtype",

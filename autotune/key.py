@@ -6,6 +6,9 @@ so a change to what the key holds is a change to `Key.components` and `Key.parse
     blockedx:3f9c0e1d22a4b6c8:nochecks:f16-acc32:nt:device:64x4096x4096:b8s:bias,gelu
     template  kernel identity  checks   dtype     layout space shape   batch epilogue
 
+The space: "device" (within the adapter's limits), "portable" (WebGPU's defaults) or
+"limited-<digest>" (a caller's device of lower limits or fewer kernel features).
+
 The device (adapter fingerprint), the wgpu versions and the file format name the cache
 file itself (cache.device_file_name). The kernel identity is a hash of the WGSL the
 config renders for the problem, its launch plan and the space's version: a template
@@ -25,6 +28,9 @@ from .space import Config, template_names
 
 MODES = {True: "checks", False: "nochecks"}  # wgpu's runtime checks on (as browsers) / off
 SPACES = ("device", "portable")  # within the device's limits / WebGPU's default limits
+# within a caller's device of lower limits or fewer kernel features than its adapter's
+# (device.Gpu.capabilities): entries of its own slots, never replacing the adapter's
+_LIMITED = re.compile(r"limited-[0-9a-f]{12}", re.ASCII)
 _SIZE = r"[1-9][0-9]{0,9}"  # ASCII digits, no leading zero: one text for one number
 _SHAPE = re.compile(rf"({_SIZE})x({_SIZE})x({_SIZE})", re.ASCII)
 _BATCH = re.compile(rf"b({_SIZE})(s?)", re.ASCII)
@@ -43,8 +49,17 @@ class Key:
     space: str = "device"
 
     @classmethod
-    def of(cls, problem: Problem, config: Config, checks: bool, portable: bool = False) -> Key:
-        space = SPACES[bool(portable)]
+    def of(
+        cls,
+        problem: Problem,
+        config: Config,
+        checks: bool,
+        portable: bool = False,
+        limited: str | None = None,
+    ) -> Key:
+        """The key of `config` at `problem`; `limited`: the capabilities digest of a
+        caller's device of lower limits (Gpu.limited_as), its space then."""
+        space = SPACES[bool(portable)] if portable or not limited else f"limited-{limited}"
         return cls(config.template, kernel_id(config, problem), bool(checks), problem, space)
 
     def components(self) -> tuple[str, ...]:
@@ -83,7 +98,7 @@ class Key:
             raise ValueError(f"unknown template {template[:40]!r}")
         if not _KERNEL.fullmatch(kernel):
             raise ValueError("the kernel identity must be 16 hex digits")
-        if mode not in MODES.values() or space not in SPACES:
+        if mode not in MODES.values() or not (space in SPACES or _LIMITED.fullmatch(space)):
             raise ValueError(f"bad check mode {mode[:20]!r} or space {space[:20]!r}")
         sizes, items, element = (
             _SHAPE.fullmatch(shape),

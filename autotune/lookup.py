@@ -11,6 +11,7 @@ verified at it before it is handed out.
 
 from __future__ import annotations
 
+import threading
 import time
 import weakref
 from pathlib import Path
@@ -20,11 +21,11 @@ import wgpu
 
 from . import cache, predict
 from .arguments import ArgumentError, check_flag, check_folder
-from .compile import CompileError, compile_shader
+from .compile import CompileError, compile_shader, missing_features
 from .data import BUILT_IN
-from .device import Gpu, get_gpu, given_gpu, portable_limits, required_features, versions
+from .device import Gpu, get_gpu, given_gpu, portable_limits, versions
 from .kernel import Kernel, check_fits, check_operands
-from .key import Key
+from .key import SPACES, Key
 from .measure import TooSlow, measure
 from .problem import Problem, ProblemError
 from .render import render
@@ -33,6 +34,7 @@ from .verify import Reference, verify
 
 MEMO_SIZE = 256  # kernels memoized per device
 _MEMOIZED: weakref.WeakSet = weakref.WeakSet()  # the devices (Gpus) with memoized kernels
+_MEMO_LOCK = threading.Lock()
 ESTIMATE_S = 2.0  # what choosing among ranked configs at a new shape may take, about
 SHORTLIST = 6  # ranked configs timed at a new shape (each family's best among them)
 
@@ -50,13 +52,20 @@ def _runs_here(limits: dict, problem: Problem, gpu: Gpu):
     feature the device lacks (a subgroup kernel on a device requested without them)."""
 
     def accept(config: Config) -> bool:
-        if load_space(config.template).why_invalid(config, problem, limits):
-            return False
-        if gpu.has_every_feature:  # (rendering to read the `enable` lines takes ~10 ms)
-            return True
-        return not gpu.lacks(required_features(render(config, problem).wgsl))
+        invalid = load_space(config.template).why_invalid(config, problem, limits)
+        return not invalid and not missing_features(config, problem, gpu)
 
     return accept
+
+
+def _serves(limits: dict, problem: Problem, gpu: Gpu):
+    """serves(entry): a cached entry this device is served: its config runs here, and it
+    was chosen for this device's space (a device below its adapter is served the
+    adapter's entries and its own; the adapter's devices are not served a choice made
+    within lower limits, which may be far from their best)."""
+    runs = _runs_here(limits, problem, gpu)
+    spaces = {*SPACES} | ({f"limited-{gpu.limited_as}"} if gpu.limited_as else set())
+    return lambda entry: entry.key.space in spaces and runs(entry.config)
 
 
 def _verified(problem, config: Config, source, checks, gpu, reference, entry=None):
@@ -146,12 +155,12 @@ def _estimate(problem, checks, stores, gpu, limits, reference, portable, budget_
         rest = [c.config for c in ranked if c not in shortlisted]
         return _first_verified(rest, "predicted", problem, checks, gpu, reference)
     measurement, kernel, verdict = min(timed, key=lambda t: t[0].median_s)
-    key = Key.of(problem, kernel.config, kernel.checks, portable)
+    key = Key.of(problem, kernel.config, kernel.checks, portable, gpu.limited_as)
     entry = cache.Entry.measured(
         key, kernel.config, measurement, verdict.error,
         tuning_s=time.monotonic() - started, estimated=True,
     )  # fmt: skip
-    if _keeps_estimates(stores[0], gpu):
+    if _keeps_estimates(stores[0]):
         try:
             stores[0].put(entry)
         except (OSError, cache.CacheError) as error:  # served all the same, chosen again
@@ -160,13 +169,11 @@ def _estimate(problem, checks, stores, gpu, limits, reference, portable, budget_
     return kernel
 
 
-def _keeps_estimates(store: cache.DeviceCache, gpu: Gpu) -> bool:
+def _keeps_estimates(store: cache.DeviceCache) -> bool:
     """Whether an estimate is written to `store`: not into the shipped cache (a
-    checkout's default folder holds tuned entries only), nor for a device of lower
-    limits or fewer features than its adapter's (its choice would be served to the
-    adapter's own devices). It is served all the same, and memoized in the process."""
-    shipped = store.folder.resolve() == cache.shipped_cache_dir().resolve()
-    return not shipped and not gpu.limited
+    checkout's default folder holds tuned entries only; it is served all the same, and
+    memoized in the process)."""
+    return store.folder.resolve() != cache.shipped_cache_dir().resolve()
 
 
 def default_kernel(
@@ -192,13 +199,13 @@ def default_kernel(
     raise ProblemError("shape", f"no default kernel computes {problem} correctly on this device")
 
 
-def _cached(problem, checks, stores, runs) -> cache.Entry | None:
+def _cached(problem, checks, stores, serves) -> cache.Entry | None:
     """The problem's fastest tuned entry in the first store that has one; else its
-    estimate, likewise (an estimate never hides a tuned entry of a later store); of
-    configs that run here (`runs(config)`)."""
+    estimate, likewise (an estimate never hides a tuned entry of a later store); of the
+    entries `serves(entry)` allows."""
     for tuned in (True, False):
         for store in stores:
-            accept = lambda e, tuned=tuned: e.estimated != tuned and runs(e.config)  # noqa: E731
+            accept = lambda e, tuned=tuned: e.estimated != tuned and serves(e)  # noqa: E731
             entry = store.best(problem, checks, accept)
             if entry is not None:
                 return entry
@@ -207,22 +214,27 @@ def _cached(problem, checks, stores, runs) -> cache.Entry | None:
 
 def _memoized(problem, checks, cache_dir, gpu, portable, estimate_s) -> Kernel:
     """_lookup's kernel, memoized on the device (gpu.memo, MEMO_SIZE most recent), so
-    that a caller's device and its kernels are collected together."""
+    that a caller's device and its kernels are collected together. Threads may look up
+    and forget at once (the lock guards the memo, not the lookup itself)."""
     key = (problem, checks, cache_dir, portable, estimate_s)
-    if key in gpu.memo:
-        gpu.memo[key] = gpu.memo.pop(key)  # the most recently used last
-    else:
-        gpu.memo[key] = _lookup(problem, checks, cache_dir, gpu, portable, estimate_s)
-        if len(gpu.memo) > MEMO_SIZE:
+    with _MEMO_LOCK:
+        kernel = gpu.memo.pop(key, None)
+        if kernel is not None:
+            gpu.memo[key] = kernel  # the most recently used last
+            return kernel
+    kernel = _lookup(problem, checks, cache_dir, gpu, portable, estimate_s)
+    with _MEMO_LOCK:
+        gpu.memo[key] = kernel
+        while len(gpu.memo) > MEMO_SIZE:
             gpu.memo.pop(next(iter(gpu.memo)))
         _MEMOIZED.add(gpu)
-    return gpu.memo[key]
+    return kernel
 
 
 def _lookup(problem, checks, cache_dir, gpu: Gpu, portable, estimate_s) -> Kernel:
     limits = portable_limits(gpu.limits) if portable else gpu.limits
     stores = _stores(gpu, cache_dir)
-    entry = _cached(problem, checks, stores, _runs_here(limits, problem, gpu))
+    entry = _cached(problem, checks, stores, _serves(limits, problem, gpu))
     if entry is not None:
         source = "estimated" if entry.estimated else "exact"
         return Kernel(problem, entry.config, source, checks=checks, gpu=gpu, entry=entry)
@@ -234,8 +246,9 @@ def _lookup(problem, checks, cache_dir, gpu: Gpu, portable, estimate_s) -> Kerne
 
 def forget() -> None:
     """Drop memoized lookups (after a tune wrote new entries)."""
-    for gpu in list(_MEMOIZED):
-        gpu.memo.clear()
+    with _MEMO_LOCK:
+        for gpu in list(_MEMOIZED):
+            gpu.memo.clear()
 
 
 def lookup(
@@ -275,8 +288,8 @@ def lookup(
     `device`: a wgpu.GPUDevice of the caller's: only configs within its limits and
     features are served, from the cache file of its adapter, compiled on it (with
     `checks=False`, as always, without runtime checks); `kernel.encode` then records
-    into its encoders. Estimates for a device of lower limits or fewer features than its
-    adapter's are not kept on disk.
+    into its encoders. A device of lower limits or fewer kernel features than its
+    adapter's keeps its estimates (and tuned entries) in slots of its own.
     """
     problem = Problem(M, N, K, dtype, layout, batch, shared_b, epilogue, accumulate)
     checks, portable = check_flag("checks", checks), check_flag("portable", portable)

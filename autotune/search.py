@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import optuna
 
+from .compile import missing_features
 from .device import Gpu
 from .evaluate import Evaluator, Outcome, reference_seed
 from .problem import Problem
@@ -89,7 +90,8 @@ def search(
         raise ValueError("give trials, timeout or both: the search needs a budget")
     arguments = dict(locals())
     if evaluator is None:  # our own worker, stopped when the search ends (however it ends)
-        with Worker(gpu.fingerprint.as_dict(), features=tuple(sorted(gpu.features))) as worker:
+        features = tuple(sorted(gpu.kernel_features))
+        with Worker(gpu.fingerprint.as_dict(), features=features) as worker:
             worker.prepare(problem, reference_seed(seed), checks)
             return search(**(arguments | {"evaluator": worker}))
     if isinstance(evaluator, Worker) and not evaluator.prepared_for(problem, checks):
@@ -134,7 +136,7 @@ class _Search:
         self.problem, self.templates = problem, tuple(templates)
         self.trials, self.timeout, self.max_dispatch_s = trials, timeout, max_dispatch_s
         self.on_trial, self.evaluator, self.compile_ahead = on_trial, evaluator, compile_ahead
-        self.limits = limits or gpu.limits
+        self.limits, self.gpu = limits or gpu.limits, gpu
         self.valid = _Valid(self.templates, problem, self.limits)
         if not any(load_space(t).first_config(problem, self.limits) for t in self.templates):
             raise ValueError(f"no config of {', '.join(templates)} is valid for {problem} here")
@@ -156,7 +158,14 @@ class _Search:
 
     def _seeds(self) -> list[Config]:
         spaces = [load_space(t) for t in self.templates]
-        return [c for space in spaces for c in space.seed_configs(self.problem, self.limits)]
+        seeds = [c for space in spaces for c in space.seed_configs(self.problem, self.limits)]
+        return [c for c in seeds if not self._lacking(c)]
+
+    def _lacking(self, config: Config) -> str | None:
+        """Why the device cannot run `config` for want of a feature (a caller's device
+        requested without subgroups), or None."""
+        missing = missing_features(config, self.problem, self.gpu)
+        return f"needs {', '.join(missing)}, which the device lacks" if missing else None
 
     def run(self) -> SearchResult:
         try:
@@ -212,6 +221,7 @@ class _Search:
         """Settle a proposal: invalid (pruned), known (told its earlier result), taken
         (another trial holds it) or claimed (ours to measure)."""
         why = load_space(config.template).why_invalid(config, self.problem, self.limits)
+        why = why or self._lacking(config)
         if why:
             self.study.prune(trial, config, why)
             return "invalid"

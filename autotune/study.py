@@ -64,6 +64,14 @@ def _device_text(fp: Fingerprint) -> str:
     return one_line(f"{fp.device} ({fp.adapter_type}) via {fp.backend}{driver}")
 
 
+def _space_text(gpu: Gpu, portable: bool) -> str:
+    if portable:
+        return "WebGPU's default limits"
+    if getattr(gpu, "limited", False):  # (a replayed search's stand-in has no such field)
+        return f"a device's own lower limits or features (limited-{gpu.capabilities})"
+    return "the device's limits"
+
+
 def study_attrs(
     problem: Problem, templates: Sequence[str], checks: bool, gpu: Gpu, portable: bool = False
 ) -> dict:
@@ -73,7 +81,7 @@ def study_attrs(
         "problem": str(problem),
         "device": _device_text(gpu.fingerprint),
         "checks": "on" if checks else "off",
-        "space": "WebGPU's default limits" if portable else "the device's limits",
+        "space": _space_text(gpu, portable),
         "templates": ", ".join(templates),
         "autotune_version": __version__,
     }

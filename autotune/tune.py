@@ -255,7 +255,7 @@ def tune_problem(problem: Problem, options: TuneOptions) -> TuneResult:
     store.check_writable()  # a lock that cannot be taken fails now, not after a trial
     with contextlib.ExitStack() as stack:
         evaluator = _evaluator(problem, o, gpu, stack)
-        keeper = _Keeper(problem, o, store, baseline(problem, gpu, evaluator))
+        keeper = _Keeper(problem, o, store, baseline(problem, gpu, evaluator), gpu)
         result = search(
             problem,
             gpu,
@@ -292,7 +292,7 @@ def _evaluator(problem: Problem, o: TuneOptions, gpu: Gpu, stack) -> Evaluator:
         Worker(
             gpu.fingerprint.as_dict(),
             candidate_timeout=o.candidate_timeout,
-            features=tuple(sorted(gpu.features)),
+            features=tuple(sorted(gpu.kernel_features)),
         )
     )
     worker.prepare(problem, reference_seed(o.seed), o.checks)
@@ -303,15 +303,16 @@ class _Keeper:
     """Stores each new best of a search in the cache as it is found, and the final best
     (timed again) at the end, superseding the provisional ones."""
 
-    def __init__(self, problem: Problem, options: TuneOptions, store, base: Outcome | None):
+    def __init__(self, problem: Problem, options: TuneOptions, store, base: Outcome | None, gpu):
         self.problem, self.options, self.store = problem, options, store
+        self.limited = gpu.limited_as  # a caller's device below its adapter: its own slots
         self.baseline = base
         self.provisional: list[dict] = []  # params of the bests stored while searching
 
     def entry(self, outcome: Outcome, result: SearchResult) -> cache.Entry:
         base, o = self.baseline, self.options
         return cache.Entry.measured(
-            cache.Key.of(self.problem, outcome.config, o.checks, o.portable),
+            cache.Key.of(self.problem, outcome.config, o.checks, o.portable, self.limited),
             outcome.config,
             outcome.measurement,
             outcome.error,

@@ -208,11 +208,17 @@ def test_device_and_gpu_arguments_are_checked(gpu, device):
 
 
 @pytest.mark.slow
-def test_tuning_for_a_device_with_lower_limits_keeps_within_them(low_device, tmp_path):
+def test_tuning_for_a_device_with_lower_limits_keeps_within_them(gpu, low_device, tmp_path):
+    """The adapter's faster entry of the shape needs 256 invocations: the device's tune
+    keeps its own best in its own slot, timed by the adapter's timestamps."""
+    problem = Problem(64, 64, 64)
+    _cache_with(gpu, tmp_path, problem, load_space("blocked").seed_configs(problem)[0])
     result = autotune.tune(
         64, 64, 64, trials=4, device=low_device, cache_dir=tmp_path, templates=["blocked"]
     )
-    assert result.entry is not None
+    assert result.entry is not None and result.entry.key.space.startswith("limited-")
+    if gpu.has_timestamps:  # the device was requested without timestamp-query
+        assert result.entry.method == "timestamp"
     needs = load_space("blocked").plan(result.entry.config, result.problem).needs()
     assert needs["max-compute-invocations-per-workgroup"] <= 64
     kernel = autotune.lookup(64, 64, 64, device=low_device, cache_dir=tmp_path)
@@ -262,14 +268,20 @@ def test_a_missing_feature_is_named_as_the_devices(device):
     assert error.value.field == "dtype"
 
 
-def test_estimates_for_a_device_of_lower_limits_are_not_kept(gpu, low_device, tmp_path):
-    """What suits 64 invocations is not the adapter's best: not written where the
-    adapter's own lookups would find it."""
-    kernel = autotune.lookup(40, 56, 72, device=low_device, cache_dir=tmp_path)
-    assert kernel.source == "estimated" or kernel.source == "default"
-    assert not list(tmp_path.glob("*.json"))
-    assert autotune.lookup(40, 56, 72, gpu=gpu, cache_dir=tmp_path).source == "estimated"
-    assert list(tmp_path.glob("*.json"))  # the adapter's own estimate is kept
+def test_a_device_of_lower_limits_keeps_its_estimates_in_its_own_slots(gpu, tmp_path):
+    """What suits 256 invocations is kept for that device, in a space of its own: the
+    adapter's own lookup makes its own estimate rather than being served that one."""
+    limits = {f"max-compute-{n}": 256 for n in ("invocations-per-workgroup", "workgroup-size-x")}
+    mid = gpu.adapter.request_device_sync(required_features=sorted(gpu.features),
+                                          required_limits=limits)  # fmt: skip
+    kernel = autotune.lookup(40, 56, 72, device=mid, cache_dir=tmp_path)
+    assert kernel.source == "estimated" and kernel.entry.key.space.startswith("limited-")
+    again = autotune.lookup(40, 56, 72, device=mid, cache_dir=tmp_path, estimate=False)
+    assert again.source == "estimated" and again.config == kernel.config  # from the file
+    store = cache.DeviceCache(tmp_path, gpu.fingerprint.as_dict(), versions())
+    assert [e.key.space for e in store.entries().values()] == [kernel.entry.key.space]
+    own = autotune.lookup(40, 56, 72, gpu=gpu, cache_dir=tmp_path)
+    assert own.source == "estimated" and own.entry.key.space == "device"
 
 
 def test_the_callers_device_and_its_kernels_are_collected_with_it(gpu, tmp_path):
@@ -290,3 +302,4 @@ def test_tuning_for_a_device_without_subgroups_measures_none(gpu, device, tmp_pa
                            device=device, cache_dir=tmp_path, sampler="random", seed=3)  # fmt: skip
     assert result.entry is not None and result.entry.config.as_dict()["SG"] == 0
     assert all(c.as_dict()["SG"] == 0 for c in result.search.finalists)
+    assert not result.search.failures  # subgroup configs pruned, never paid for
