@@ -189,21 +189,28 @@ class Gpu:
         self.memo: dict = {}  # lookup's kernels on this device, most recently used last
         self.caller = device is not None  # a device the caller requested, not this class
         # lower limits or fewer kernel features than the adapter's: its tuned entries and
-        # estimates have slots of their own (key.Key.of's `limited`)
-        self.limited = not self.kernel_features >= KERNEL_FEATURES & adapter.features or any(
-            self.limits[name] < int(adapter.limits[name]) for name in COMPUTE_LIMITS
-        )
+        # estimates have slots of their own (limited_as)
+        self.limited = self.limited_as() is not None
 
     @property
     def kernel_features(self) -> frozenset[str]:
         """Its features that a kernel can need (wgpu-py's names)."""
         return self.features & KERNEL_FEATURES
 
-    @property
-    def limited_as(self) -> str | None:
-        """The capabilities digest of a device below its adapter (its cache space), else
-        None."""
-        return self.capabilities if self.limited else None
+    def limited_as(self, portable: bool = False) -> str | None:
+        """The digest that names this device's own cache space (key.Key.of's `limited`)
+        where what it can run is less than its adapter's: lower limits or fewer kernel
+        features (with `portable`, below WebGPU's defaults as well); else None. Devices
+        that run the same kernels share it (timestamps are not part of it)."""
+        adapter = {name: int(self.adapter.limits[name]) for name in COMPUTE_LIMITS}
+        mine = self.limits
+        if portable:
+            adapter, mine = portable_limits(adapter), portable_limits(mine)
+        fewer = not self.kernel_features >= KERNEL_FEATURES & self.adapter.features
+        if not fewer and all(mine[name] >= adapter[name] for name in mine):
+            return None
+        text = json.dumps([bool(portable), sorted(mine.items()), sorted(self.kernel_features)])
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
 
     @property
     def capabilities(self) -> str:

@@ -57,9 +57,9 @@ class Key:
         portable: bool = False,
         limited: str | None = None,
     ) -> Key:
-        """The key of `config` at `problem`; `limited`: the capabilities digest of a
-        caller's device of lower limits (Gpu.limited_as), its space then."""
-        space = SPACES[bool(portable)] if portable or not limited else f"limited-{limited}"
+        """The key of `config` at `problem`; `limited`: the digest of a caller's device
+        below its adapter (Gpu.limited_as, portable or not), its space then."""
+        space = f"limited-{limited}" if limited else SPACES[bool(portable)]
         return cls(config.template, kernel_id(config, problem), bool(checks), problem, space)
 
     def components(self) -> tuple[str, ...]:

@@ -35,6 +35,7 @@ from .verify import Reference, verify
 MEMO_SIZE = 256  # kernels memoized per device
 _MEMOIZED: weakref.WeakSet = weakref.WeakSet()  # the devices (Gpus) with memoized kernels
 _MEMO_LOCK = threading.Lock()
+_FORGOTTEN = [0]  # forget()s so far: a lookup begun before one is not memoized
 ESTIMATE_S = 2.0  # what choosing among ranked configs at a new shape may take, about
 SHORTLIST = 6  # ranked configs timed at a new shape (each family's best among them)
 
@@ -58,13 +59,14 @@ def _runs_here(limits: dict, problem: Problem, gpu: Gpu):
     return accept
 
 
-def _serves(limits: dict, problem: Problem, gpu: Gpu):
+def _serves(limits: dict, problem: Problem, gpu: Gpu, portable: bool):
     """serves(entry): a cached entry this device is served: its config runs here, and it
     was chosen for this device's space (a device below its adapter is served the
     adapter's entries and its own; the adapter's devices are not served a choice made
     within lower limits, which may be far from their best)."""
     runs = _runs_here(limits, problem, gpu)
-    spaces = {*SPACES} | ({f"limited-{gpu.limited_as}"} if gpu.limited_as else set())
+    own = gpu.limited_as(portable)
+    spaces = {*SPACES} | ({f"limited-{own}"} if own else set())
     return lambda entry: entry.key.space in spaces and runs(entry.config)
 
 
@@ -155,7 +157,7 @@ def _estimate(problem, checks, stores, gpu, limits, reference, portable, budget_
         rest = [c.config for c in ranked if c not in shortlisted]
         return _first_verified(rest, "predicted", problem, checks, gpu, reference)
     measurement, kernel, verdict = min(timed, key=lambda t: t[0].median_s)
-    key = Key.of(problem, kernel.config, kernel.checks, portable, gpu.limited_as)
+    key = Key.of(problem, kernel.config, kernel.checks, portable, gpu.limited_as(portable))
     entry = cache.Entry.measured(
         key, kernel.config, measurement, verdict.error,
         tuning_s=time.monotonic() - started, estimated=True,
@@ -222,8 +224,11 @@ def _memoized(problem, checks, cache_dir, gpu, portable, estimate_s) -> Kernel:
         if kernel is not None:
             gpu.memo[key] = kernel  # the most recently used last
             return kernel
+        begun = _FORGOTTEN[0]
     kernel = _lookup(problem, checks, cache_dir, gpu, portable, estimate_s)
     with _MEMO_LOCK:
+        if _FORGOTTEN[0] != begun:  # forgotten meanwhile (a tune wrote): served, not kept
+            return kernel
         gpu.memo[key] = kernel
         while len(gpu.memo) > MEMO_SIZE:
             gpu.memo.pop(next(iter(gpu.memo)))
@@ -234,7 +239,7 @@ def _memoized(problem, checks, cache_dir, gpu, portable, estimate_s) -> Kernel:
 def _lookup(problem, checks, cache_dir, gpu: Gpu, portable, estimate_s) -> Kernel:
     limits = portable_limits(gpu.limits) if portable else gpu.limits
     stores = _stores(gpu, cache_dir)
-    entry = _cached(problem, checks, stores, _serves(limits, problem, gpu))
+    entry = _cached(problem, checks, stores, _serves(limits, problem, gpu, portable))
     if entry is not None:
         source = "estimated" if entry.estimated else "exact"
         return Kernel(problem, entry.config, source, checks=checks, gpu=gpu, entry=entry)
@@ -247,6 +252,7 @@ def _lookup(problem, checks, cache_dir, gpu: Gpu, portable, estimate_s) -> Kerne
 def forget() -> None:
     """Drop memoized lookups (after a tune wrote new entries)."""
     with _MEMO_LOCK:
+        _FORGOTTEN[0] += 1
         for gpu in list(_MEMOIZED):
             gpu.memo.clear()
 

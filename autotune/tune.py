@@ -305,7 +305,7 @@ class _Keeper:
 
     def __init__(self, problem: Problem, options: TuneOptions, store, base: Outcome | None, gpu):
         self.problem, self.options, self.store = problem, options, store
-        self.limited = gpu.limited_as  # a caller's device below its adapter: its own slots
+        self.limited = gpu.limited_as(options.portable)  # below its adapter: own slots
         self.baseline = base
         self.provisional: list[dict] = []  # params of the bests stored while searching
 

@@ -303,3 +303,37 @@ def test_tuning_for_a_device_without_subgroups_measures_none(gpu, device, tmp_pa
     assert result.entry is not None and result.entry.config.as_dict()["SG"] == 0
     assert all(c.as_dict()["SG"] == 0 for c in result.search.finalists)
     assert not result.search.failures  # subgroup configs pruned, never paid for
+
+
+def test_devices_that_run_the_same_kernels_share_their_space(gpu):
+    """Timestamps are for measuring: a device with them and one without, of the same
+    limits and kernel features, keep their entries in one space; portable is another."""
+    limits = {"max-compute-invocations-per-workgroup": 256}
+    kernel_features = sorted(gpu.kernel_features)
+    timed = gpu.adapter.request_device_sync(
+        required_features=sorted(gpu.features), required_limits=limits
+    )
+    untimed = gpu.adapter.request_device_sync(
+        required_features=kernel_features, required_limits=limits
+    )
+    digest = gpu_of(timed).limited_as()
+    assert digest and gpu_of(untimed).limited_as() == digest
+    # 256 is WebGPU's default: within WebGPU's defaults it runs what the adapter runs
+    assert gpu_of(timed).limited_as(portable=True) is None
+    assert gpu.limited_as() is None and gpu.limited_as(portable=True) is None
+    if gpu.kernel_features:  # a device requested without them: limited both ways
+        bare = gpu_of(gpu.adapter.request_device_sync())
+        assert None is not bare.limited_as(portable=True) != bare.limited_as() is not None
+
+
+@pytest.mark.slow
+def test_a_portable_tune_for_a_device_without_subgroups_keeps_to_its_own_space(
+    gpu, device, tmp_path
+):
+    if not gpu.has_feature("subgroups"):
+        pytest.skip("the adapter has no subgroups")
+    result = autotune.tune(1, 256, 256, layout="nt", trials=3, templates=["gemv"],
+                           portable=True, device=device, cache_dir=tmp_path)  # fmt: skip
+    assert result.entry.key.space == f"limited-{gpu_of(device).limited_as(portable=True)}"
+    own = autotune.lookup(1, 256, 256, layout="nt", portable=True, gpu=gpu, cache_dir=tmp_path)
+    assert own.entry is None or not own.entry.key.space.startswith("limited-")

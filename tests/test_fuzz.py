@@ -69,6 +69,9 @@ BAD_SIZES = st.sampled_from(["0", "-1", "1" * 11, "x", "", "1e3", " 8", "0x10"])
 EPILOGUES = ["none", "bias", "bias,gelu", "alpha,beta,relu", "alpha"]
 
 
+HEX12 = st.text("0123456789abcdef", min_size=12, max_size=12)  # a limited device's digest
+
+
 @st.composite
 def key_texts(draw) -> str:
     """Cache keys: valid ones made of the real parts, a third of them with one part
@@ -82,7 +85,7 @@ def key_texts(draw) -> str:
         draw(st.sampled_from(["checks", "nochecks"])),
         draw(st.sampled_from(["f32", "f16", "f16-acc32", "f16-acc16"])),
         draw(st.sampled_from(LAYOUTS)),
-        draw(st.sampled_from(["device", "portable"])),
+        draw(st.sampled_from(["device", "portable"]) | HEX12.map("limited-{}".format)),
         "x".join(draw(st.lists(SIZES, min_size=3, max_size=3))),
     ]
     batch = draw(st.integers(1, 40))
@@ -94,6 +97,17 @@ def key_texts(draw) -> str:
         near = {  # near misses of each part
             1: st.text("0123456789abcdefABCDEF", max_size=17),
             3: st.sampled_from(["f32-acc16", "f16-acc", "f16-acc64", "F16", "f16-acc32 "]),
+            5: st.sampled_from(
+                [
+                    "limited-",
+                    "limited-ABCDEF012345",
+                    "limited-0123456789a",
+                    "limited-0123456789abc",
+                    "limited-0123456789ab\n",
+                    "limited-０123456789ab",
+                    "Limited-0123456789ab",
+                ]
+            ),  # fmt: skip
             6: st.lists(SIZES | BAD_SIZES, min_size=2, max_size=4).map("x".join),
             7: st.sampled_from(["b0", "b01", "b1s", "b", "bs", "b2S", "b+2", "b1\n"]),
             8: st.sampled_from(["gelu,bias", "bias,bias", "relu,gelu", "", "none,bias"]),

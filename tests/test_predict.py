@@ -224,3 +224,5 @@ def test_the_shipped_cache_holds_tuned_entries_only(gpu, monkeypatch):
     for path in shipped.glob("*.json"):
         entries = json.loads(path.read_text())["entries"]
         assert not [k for k, v in entries.items() if v.get("estimated")], path.name
+        # no entry chosen for one caller's device of lower limits
+        assert {cache.Key.parse(k).space for k in entries} <= {"device", "portable"}
