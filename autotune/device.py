@@ -54,6 +54,11 @@ WEBGPU_DEFAULT_LIMITS = {
 }
 
 
+def compute_limits(adapter_or_device) -> dict[str, int]:
+    """The COMPUTE_LIMITS of a wgpu adapter or device, as ints."""
+    return {name: int(adapter_or_device.limits[name]) for name in COMPUTE_LIMITS}
+
+
 def portable_limits(limits: dict) -> dict:
     """The limits a kernel must fit to run anywhere WebGPU runs: the smaller of the
     device's and WebGPU's defaults (what a browser grants without asking)."""
@@ -181,16 +186,13 @@ class Gpu:
         self.features = frozenset(f for f in WANTED_FEATURES if f in have.features)
         if features is not None:  # (timestamps are for measuring: always the adapter's)
             self.features -= KERNEL_FEATURES - frozenset(features)
-        self.limits = {name: int(have.limits[name]) for name in COMPUTE_LIMITS}
+        self.limits = compute_limits(have)
         self.device = device or adapter.request_device_sync(
             required_features=sorted(self.features), required_limits=dict(self.limits)
         )
         self.queue = self.device.queue
         self.memo: dict = {}  # lookup's kernels on this device, most recently used last
         self.caller = device is not None  # a device the caller requested, not this class
-        # lower limits or fewer kernel features than the adapter's: its tuned entries and
-        # estimates have slots of their own (limited_as)
-        self.limited = self.limited_as() is not None
 
     @property
     def kernel_features(self) -> frozenset[str]:
@@ -202,20 +204,13 @@ class Gpu:
         where what it can run is less than its adapter's: lower limits or fewer kernel
         features (with `portable`, below WebGPU's defaults as well); else None. Devices
         that run the same kernels share it (timestamps are not part of it)."""
-        adapter = {name: int(self.adapter.limits[name]) for name in COMPUTE_LIMITS}
-        mine = self.limits
+        adapter, mine = compute_limits(self.adapter), self.limits
         if portable:
             adapter, mine = portable_limits(adapter), portable_limits(mine)
         fewer = not self.kernel_features >= KERNEL_FEATURES & self.adapter.features
         if not fewer and all(mine[name] >= adapter[name] for name in mine):
             return None
         text = json.dumps([bool(portable), sorted(mine.items()), sorted(self.kernel_features)])
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-    @property
-    def capabilities(self) -> str:
-        """A short digest of the device's limits and features (names a study of it)."""
-        text = json.dumps([sorted(self.limits.items()), sorted(self.features)])
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
     def has_feature(self, feature: str) -> bool:

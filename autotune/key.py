@@ -29,7 +29,7 @@ from .space import Config, template_names
 MODES = {True: "checks", False: "nochecks"}  # wgpu's runtime checks on (as browsers) / off
 SPACES = ("device", "portable")  # within the device's limits / WebGPU's default limits
 # within a caller's device of lower limits or fewer kernel features than its adapter's
-# (device.Gpu.capabilities): entries of its own slots, never replacing the adapter's
+# (device.Gpu.limited_as): entries of its own slots, never replacing the adapter's
 _LIMITED = re.compile(r"limited-[0-9a-f]{12}", re.ASCII)
 _SIZE = r"[1-9][0-9]{0,9}"  # ASCII digits, no leading zero: one text for one number
 _SHAPE = re.compile(rf"({_SIZE})x({_SIZE})x({_SIZE})", re.ASCII)

@@ -51,8 +51,8 @@ def study_name(
     if problem.batch > 1 or problem.epilogue != "none":  # plain names stay as they were
         parts[5:5] = [problem.batch_text, problem.epilogue]
     parts += ["portable"] if portable else []
-    if getattr(gpu, "limited", False):  # a caller's device below its adapter: its own space
-        parts.append(f"limited-{gpu.capabilities}")
+    if own := _limited(gpu, portable):  # a caller's device below its adapter: its own space
+        parts.append(f"limited-{own}")
     parts += [f"{t}-{template_hash(t)}" for t in templates]
     return ":".join(parts)
 
@@ -64,12 +64,17 @@ def _device_text(fp: Fingerprint) -> str:
     return one_line(f"{fp.device} ({fp.adapter_type}) via {fp.backend}{driver}")
 
 
+def _limited(gpu: Gpu, portable: bool) -> str | None:
+    """The digest of a caller's device below its adapter (Gpu.limited_as), else None (a
+    replayed search's stand-in Gpu has none)."""
+    limited_as = getattr(gpu, "limited_as", None)
+    return limited_as(portable) if limited_as else None
+
+
 def _space_text(gpu: Gpu, portable: bool) -> str:
-    if portable:
-        return "WebGPU's default limits"
-    if getattr(gpu, "limited", False):  # (a replayed search's stand-in has no such field)
-        return f"a device's own lower limits or features (limited-{gpu.capabilities})"
-    return "the device's limits"
+    if own := _limited(gpu, portable):
+        return f"a device's own lower limits or features (limited-{own})"
+    return "WebGPU's default limits" if portable else "the device's limits"
 
 
 def study_attrs(

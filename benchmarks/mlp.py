@@ -32,9 +32,8 @@ sys.path.insert(0, str(Path(__file__).parent.parent))  # this checkout's autotun
 from timing import provenance  # noqa: E402
 
 import autotune  # noqa: E402
-from autotune.device import COMPUTE_LIMITS, gpu_of  # noqa: E402
+from autotune.device import compute_limits, gpu_of  # noqa: E402
 
-USAGE_NAMES = ("STORAGE", "COPY_DST", "COPY_SRC")
 EPILOGUES = ("bias,gelu", "bias,gelu", "bias")  # the three layers'
 
 
@@ -71,11 +70,9 @@ class Chained:
         adapter = autotune.get_gpu().adapter
         self.device = adapter.request_device_sync(
             required_features=sorted(autotune.get_gpu().features),
-            required_limits={name: adapter.limits[name] for name in COMPUTE_LIMITS},
+            required_limits=compute_limits(adapter),
         )
-        usage = 0
-        for name in USAGE_NAMES:
-            usage |= getattr(wgpu.BufferUsage, name)
+        usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
         self.usage, self.gpu = usage, gpu_of(self.device)
         self.x = self._upload(x)
         self.steps = []  # (kernel, A buffer, W buffer, C buffer, bias buffer)
