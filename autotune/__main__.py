@@ -6,6 +6,7 @@
     python -m autotune tune --model layer.toml --timeout 30
     python -m autotune lookup --shape 256x256x256 --json
     python -m autotune export --shape 256x256x256 --out kernels/ [--portable]
+    python -m autotune export --shape 1x4096x4096 --layout nt --out kernels/ --candidates 4
     python -m autotune devices
     python -m autotune demo
     python -m autotune cache merge A.json B.json --out merged.json
@@ -149,6 +150,20 @@ def _shape_options(command, many: bool, required: bool = True) -> None:
         "f32 (more accurate) or f16 (default auto)",
     )
     command.add_argument(
+        "--weights",
+        default="none",
+        metavar="FORMAT",
+        help="B quantized by `quantize`: q8, q4g32, q4g64, q4g128, with z for zero points "
+        "(q4g128z); needs --layout nt (default none: B in --dtype)",
+    )
+    command.add_argument(
+        "--activations",
+        default="none",
+        choices=["none", "q8"],
+        help="q8: the kernel quantizes A's rows to int8 too and sums in integers "
+        "(dot4I8Packed; needs --weights); default none: A in --dtype",
+    )
+    command.add_argument(
         "--checks",
         default="on",
         choices=["on", "off"],
@@ -240,6 +255,22 @@ def _lookup_and_export_parsers(commands) -> None:
     export.add_argument(
         "--trials", type=_positive_int, default=30, help="trials when --portable tunes (30)"
     )
+    export.add_argument(
+        "--candidates",
+        type=_positive_int,
+        metavar="K",
+        help="a candidate set: up to K verified kernels (this device's, each cached "
+        "device's best, the portable best, diverse tile shapes) that time themselves on "
+        "the browser's GPU and keep the fastest",
+    )
+    export.add_argument(
+        "--caches",
+        nargs="+",
+        default=(),
+        metavar="PATH",
+        help="with --candidates: cache files or folders of other machines to take "
+        "candidates from (the cache and the shipped one are always read)",
+    )
 
 
 def _other_parsers(commands) -> None:
@@ -299,6 +330,8 @@ def _problems(args) -> list:
             shared_b=args.shared_b,
             epilogue=args.epilogue,
             accumulate=args.accumulate,
+            weights=args.weights,
+            activations=args.activations,
         )
     dtype = args.dtype if hasattr(args, "dtype") else "f32"
     try:
@@ -568,6 +601,8 @@ def _export(args, problems, console: Console) -> int:
     from .tune import tune
 
     checks = args.checks == "on"
+    if args.caches and args.candidates is None:
+        raise UsageError("argument --caches: only with --candidates K (a candidate set)")
     check_folder("out_dir", args.out, writable=True)  # before any tuning
     for problem in problems:
         common = dict(problem.arguments, checks=checks, cache_dir=args.cache)
@@ -581,7 +616,10 @@ def _export(args, problems, console: Console) -> int:
             raise UsageError(f"argument {_option(error.field)}: {error}") from None
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ExportWarning)
-            paths = export(kernel, args.out)
+            paths = export(
+                kernel, args.out, candidates=args.candidates, cache_dir=args.cache,
+                caches=args.caches,
+            )  # fmt: skip
         for warning in caught:  # what it replaced, as a line; any other warning as usual
             if issubclass(warning.category, ExportWarning):
                 console.print(f"{problem.shape}: {warning.message}", soft_wrap=True)

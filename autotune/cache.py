@@ -243,6 +243,14 @@ class DeviceCache:
         self.versions = dict(versions)
         self.path = self.folder / device_file_name(self.fingerprint, self.versions)
 
+    @classmethod
+    def at(cls, path: Path, header: dict) -> DeviceCache:
+        """The cache of the file at `path`, whatever its name, its header (read_header)
+        read already: a merge input, another machine's file."""
+        store = cls(path.parent, header["fingerprint"], header["versions"])
+        store.path = path
+        return store
+
     # --- reading ---------------------------------------------------------------------
 
     def entries(self) -> dict[str, Entry]:
@@ -487,7 +495,7 @@ def merge(paths: Sequence[Path | str], out: Path | str) -> MergeReport:
         raise MergeError("out", f"out {shown(str(out))} cannot be read: {reason}") from None
     # its folder is checked (and made) as tune checks its cache folder, before any work
     check_folder("out", out if is_folder else out.parent, writable=True, error=MergeError)
-    headers = [_merge_header(p) for p in paths]
+    headers = [read_header(p) for p in paths]
     for path, header in zip(paths[1:], headers[1:], strict=True):
         for part in ("fingerprint", "versions"):
             if header[part] != headers[0][part]:
@@ -522,8 +530,7 @@ def _merged(paths, headers, fingerprint: dict, versions: dict):
     merged: dict[tuple, Entry] = {}
     conflicts, skipped = set(), 0
     for path, header in zip(paths, headers, strict=True):
-        source = DeviceCache(path.parent, fingerprint, versions)
-        source.path = path  # any file name: the header was checked above
+        source = DeviceCache.at(path, header)
         with warnings.catch_warnings(record=True):  # counted as skipped instead
             warnings.simplefilter("always")
             entries = source.entries()
@@ -539,8 +546,9 @@ def _merged(paths, headers, fingerprint: dict, versions: dict):
     return merged, conflicts, skipped
 
 
-def _merge_header(path: Path) -> dict:
-    """A merge input's parsed top level, checked as the cache checks its own file."""
+def read_header(path: Path, field: str = "paths") -> dict:
+    """A cache file's parsed top level (a merge input, or a file export reads candidates
+    from), checked as the cache checks its own file; MergeError(field, why) otherwise."""
     try:
         data = json.loads(read_limited(path, MAX_FILE_BYTES).decode())
         if not isinstance(data, dict) or set(data) != {
@@ -559,6 +567,6 @@ def _merge_header(path: Path) -> dict:
                 raise ValueError(f"{part} is not a map of names to values")
         if not isinstance(data["entries"], dict):
             raise ValueError("entries is not an object")
-    except (OSError, ValueError, RecursionError) as error:
-        raise MergeError("paths", f"{path}: {str(error)[:200]}") from None
+    except (OSError, ValueError, RecursionError) as reason:
+        raise MergeError(field, f"{path}: {str(reason)[:200]}") from None
     return data

@@ -16,8 +16,12 @@ TEMPLATE_PATH_ENV = "AUTOTUNE_TEMPLATE_PATH"
 # of them (tune searches those that compute the problem; lookup, demo and the benchmarks
 # take theirs from here). blockedx computes the variant problems, gemv every problem of
 # M <= 16 (decoding), splitk (K cut into ranges, summed by a second pass) both kinds,
-# the others the plain one.
-BUILT_IN = ("blocked", "blockedx", "gemv", "splitk", "tiled", "naive")
+# the others the plain one. With quantized weights (and nothing else): qgemv decodes
+# (M <= 16) and qgemm computes any M, dequantizing in registers; qdotv (M <= 16) and qdot
+# quantize the activations too and multiply int8 codes.
+BUILT_IN = (
+    "blocked", "blockedx", "gemv", "splitk", "tiled", "naive", "qgemv", "qgemm", "qdot", "qdotv",
+)  # fmt: skip
 
 
 def data_path(name: str) -> Path:

@@ -2,26 +2,38 @@
 
 The manifest (NAME.json) is all a consumer needs: entry point, workgroup size, bindings,
 the uniform layout, dispatch size, required features and limits beyond WebGPU's defaults,
-the shape it is for, and where it came from. NAME.js is an ES module embedding the WGSL
-and the manifest, with `createGemm(device)`. The kernel is verified on this device at its
-shape before anything is written: a wrong kernel is never exported.
+the shape it is for, and where it came from. With quantized weights (`weights`), B,
+`scales` and `zeros` are `array<u32>` holding exactly the bytes of docs/QUANTIZED.md's
+files (QuantizedWeight.save's WEIGHT.data.bin, WEIGHT.scales.bin, WEIGHT.zeros.bin):
+`packing` says how ("codes"; "f16 pairs", scale e in the low half of word e / 2 when e is
+even, else the high half; "zero-point nibbles"), `shape` and `element` are the saved
+array's, `layout` the weight manifest's line; the WGSL language features the kernel uses
+(packed_4x8_integer_dot_product for unpack4xU8) are `required_language_features`.
+
+NAME.js is an ES module embedding the WGSL and the manifest, with `createGemm(device)`.
+The kernel is verified on this device at its shape before anything is written: a wrong
+kernel is never exported.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import re
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 from .arguments import ArgumentError, check_folder
-from .cache import today
+from .cache import MergeError, today
+from .candidates import choose
 from .compile import CompileError, compile_shader
 from .device import WEBGPU_DEFAULT_LIMITS, required_features, versions
 from .files import write_whole
 from .kernel import Kernel
 from .plan import uniform_layout
+from .quantize import file_layouts
 from .render import jinja_environment
 from .verify import verify
 from .version import __version__ as autotune_version
@@ -51,6 +63,8 @@ def default_name(kernel: Kernel) -> str:
     if not p.plain:
         name += f"_{p.layout}_{p.batch_text}" + "".join(f"_{op}" for op in p.ops)
         name += "" if p.accumulate == "auto" else f"_acc{p.accumulate[1:]}"
+        name += "" if p.weights == "none" else f"_{p.weights}"
+        name += "" if p.activations == "none" else "_a8"
     return name
 
 
@@ -71,16 +85,94 @@ def computes(problem) -> str:
             " (one B for all)" if problem.shared_b else ""
         )
     bias = "; bias has N values, added to each row" if "bias" in ops else ""
+    if problem.quantized:
+        text, batch = text.replace("op(B)", "W'^T"), batch.replace("one B", "one weight")
+        weights = _weights_text(problem) + _activations_text(problem)
+        return f"C = {text}; {a}, C is M x N, all row-major; {weights}{batch}{bias}"
     return f"C = {text}; {a}, {b}, C is M x N, all row-major{batch}{bias}"
+
+
+def _weights_text(problem) -> str:
+    """The quantized weight W' in words (computes), by the format's names in
+    docs/QUANTIZED.md."""
+    bits, group, zero_points = problem.weight_format
+    if bits == 8:
+        how = "int8 codes, one f16 scale per row: W'[n, k] = code * scale[n]"
+    else:
+        zero = "a zero point (zeros)" if zero_points else "the zero point 8"
+        how = (
+            f"4-bit codes, per {group} K of a row one f16 scale and {zero}: "
+            f"W'[n, k] = (code - zero) * scale"
+        )
+    return (
+        f"W' is the N x K weight dequantized from {problem.weights} (docs/QUANTIZED.md; B "
+        f"holds its packed codes, scales its scales): {how}"
+    )
+
+
+def _activations_text(problem) -> str:
+    """What the kernel does to A first where it quantizes it (activations "q8")."""
+    if problem.activations != "q8":
+        return ""
+    return (
+        "; A's rows are quantized first, as the kernel multiplies them: code = clamp(rint(a "
+        "* 2^(7 - e)), -127, 127) with max |row| = f * 2^e, f in [0.5, 1), times the row's "
+        "scale 2^(e - 7) (docs/QUANTIZED.md, int8 dot products)"
+    )
+
+
+# A quantized weight's buffers (docs/QUANTIZED.md): binding name -> the weight file's
+# role (QuantizedWeight.files, NAME.<suffix>.bin) and how its u32 words are packed.
+WEIGHT_BUFFERS = {
+    "B": ("data", "codes"),
+    "scales": ("scales", "f16 pairs"),
+    "zeros": ("zero_points", "zero-point nibbles"),
+}
+_WEIGHT_FILES = {"data": "data", "scales": "scales", "zero_points": "zeros"}
+
+
+# A storage binding's declaration: `@binding(N) var<storage, ...> NAME: array<TYPE>;`
+_DECLARED = re.compile(
+    r"@binding\((\d+)\)\s*var<storage[^>]*>\s*(\w+)\s*:\s*array<(?:vec([234])<)?(\w+)>?>"
+)
+
+
+def operand_types(kernel: Kernel) -> dict[str, tuple[str, int]]:
+    """Each operand binding's (WGSL scalar type, vector width): the one source of the
+    manifest's `type`. Unquantized: the dtype, every operand of the plan's width (the
+    templates' VEC). Quantized weights: as the WGSL declares each binding (B, scales
+    and zeros u32 words; A a vector or scalars as the template binds it, e.g. qgemv's AV;
+    C and bias scalars: templates/_bindings_quantized.wgsl.j2)."""
+    plan, problem = kernel.shader.plan, kernel.problem
+    names = problem.matrix_shapes()
+    if not problem.quantized:
+        return dict.fromkeys(names, (problem.wgsl_type, plan.vector_width))
+    declared = {
+        name: (scalar, int(width or 1))
+        for _, name, width, scalar in _DECLARED.findall(kernel.shader.wgsl)
+    }
+    missing = sorted(set(names) - set(declared))
+    if missing:
+        raise ExportError("kernel", f"the WGSL declares no storage array for {missing}")
+    return {name: declared[name] for name in names}
+
+
+def _weight_buffer(problem, name: str) -> dict:
+    """What a quantized weight's buffer holds: its values' type, packing and layout."""
+    role, packing = WEIGHT_BUFFERS[name]
+    layout = file_layouts(*problem.weight_format)[role]
+    element = "f16" if name == "scales" else "u32"
+    return dict(
+        element=element, packing=packing, layout=layout, file=f"WEIGHT.{_WEIGHT_FILES[role]}.bin"
+    )
 
 
 def buffers(kernel: Kernel) -> list[dict]:
     """The manifest's `buffers`: every binding of the plan, with its size in bytes; the
-    problem's matrices with their element type and shape, workspaces marked as such."""
+    problem's arrays with their WGSL type, element type and shape (in elements of the
+    array QuantizedWeight holds, for a quantized weight's), workspaces marked as such."""
     plan, problem = kernel.shader.plan, kernel.problem
-    vector = plan.vector_width
-    element = problem.wgsl_type if vector == 1 else f"vec{vector}<{problem.wgsl_type}>"
-    shapes = problem.matrix_shapes()
+    shapes, types = problem.matrix_shapes(), operand_types(kernel)
     described = []
     for binding in plan.bindings:
         entry = {"binding": binding.number, "name": binding.name, "kind": binding.kind}
@@ -90,10 +182,30 @@ def buffers(kernel: Kernel) -> list[dict]:
         elif binding.workspace:
             entry.update(role="workspace")
         else:
-            entry.update(role="operand", type=f"array<{element}>", element=problem.wgsl_type)
+            scalar, vector = types[binding.name]
+            element = scalar if vector == 1 else f"vec{vector}<{scalar}>"
+            entry.update(role="operand", type=f"array<{element}>", element=scalar)
             entry.update(vector_width=vector, shape=list(shapes[binding.name]))
+            if problem.quantized and binding.name in WEIGHT_BUFFERS:
+                entry.update(_weight_buffer(problem, binding.name))
         described.append(entry)
     return described
+
+
+# WGSL language features (navigator.gpu.wgslLanguageFeatures) and the builtins that need
+# them: a browser without one refuses the module, so createGemm checks first.
+LANGUAGE_FEATURES = {
+    "packed_4x8_integer_dot_product": re.compile(
+        r"\b(?:unpack4x[IU]8|pack4x[IU]8(?:Clamp)?|dot4[IU]8Packed)\s*\("
+    ),
+}
+
+
+def _language_features(wgsl: str) -> dict:
+    """{"required_language_features": [...]} for the WGSL language features `wgsl` uses;
+    {} where it uses none (the manifests of kernels without them keep their fields)."""
+    used = [name for name, call in LANGUAGE_FEATURES.items() if call.search(wgsl)]
+    return {"required_language_features": used} if used else {}
 
 
 def manifest(kernel: Kernel, name: str) -> dict:
@@ -116,6 +228,10 @@ def manifest(kernel: Kernel, name: str) -> dict:
         },
         "accumulation": "f16" if kernel.config.as_dict().get("ACC") else "f32",
     }
+    # only where quantized: every other manifest stays as it was
+    quantized = ("weights", "activations") if problem.quantized else ()
+    variant |= {key: getattr(problem, key) for key in quantized}
+    valid_keys = ("layout", "batch", "shared_b") + quantized
     shape = {"M": problem.M, "N": problem.N, "K": problem.K}
     return {
         "name": name,
@@ -124,7 +240,7 @@ def manifest(kernel: Kernel, name: str) -> dict:
         "dtype": problem.dtype,
         **variant,
         "shape": shape,
-        "valid_for": [shape | {k: variant[k] for k in ("layout", "batch", "shared_b")}],
+        "valid_for": [shape | {k: variant[k] for k in valid_keys}],
         # in order, in one compute pass: each pass sees what the one before it wrote
         "passes": [
             {
@@ -142,6 +258,7 @@ def manifest(kernel: Kernel, name: str) -> dict:
         },
         # WebGPU's names, from the kernel's `enable` directives (f16: "shader-f16")
         "required_features": list(required_features(kernel.shader.wgsl)),
+        **_language_features(kernel.shader.wgsl),
         "required_limits": required,
         "workgroup_storage_bytes": plan.workgroup_storage,
         "config": {"template": kernel.config.template, "params": kernel.config.as_dict()},
@@ -158,6 +275,17 @@ def manifest(kernel: Kernel, name: str) -> dict:
             "exported_on": today(),
         },
     }
+
+
+def _weight_usage(problem) -> dict:
+    """The JS module's usage lines for quantized weights: the named buffers and files."""
+    if not problem.quantized:
+        return {"weights": None}
+    names = [name for name in WEIGHT_BUFFERS if name != "B" and name in problem.matrix_shapes()]
+    files = ", ".join(
+        f"{name}: WEIGHT.{_WEIGHT_FILES[WEIGHT_BUFFERS[name][0]]}.bin" for name in ["B", *names]
+    )
+    return {"weights": problem.weights, "weight_buffers": names, "weight_files": files}
 
 
 def _template(name: str):
@@ -212,8 +340,34 @@ def _verify_text(kernel: Kernel, wgsl: str) -> None:
         )
 
 
-def export(kernel: Kernel, out_dir: str | Path, name: str | None = None) -> dict[str, Path]:
-    """Write NAME.wgsl, NAME.json and NAME.js for `kernel` into `out_dir`; return the paths."""
+def bundle_texts(kernel: Kernel, name: str) -> tuple[dict, str]:
+    """`kernel`'s manifest and the WGSL to write (with its header), verified as written:
+    compiled as a browser does and run at its shape on its device. ExportError when it
+    fails."""
+    data = manifest(kernel, name)
+    wgsl = _with_header(kernel, data, name)
+    _verify_text(kernel, wgsl)  # the text written, header included, before any file
+    return data, wgsl
+
+
+def export(
+    kernel: Kernel,
+    out_dir: str | Path,
+    name: str | None = None,
+    *,
+    candidates: int | None = None,
+    cache_dir: str | Path | None = None,
+    caches: Sequence[str | Path] = (),
+) -> dict[str, Path]:
+    """Write NAME.wgsl, NAME.json and NAME.js for `kernel` into `out_dir`; return the paths
+    by kind ("wgsl", "json", "js").
+
+    `candidates=K`: a candidate set instead (NAME.js, NAME.json and NAME_c<i>.wgsl, the
+    paths' kinds "js", "json", "c0", "c1", ...): up to K verified kernels for the
+    problem, `kernel` first, chosen to suit different GPUs (autotune/candidates.py) from
+    the caches lookup reads (`cache_dir`, the shipped one) and `caches`, cache files or
+    folders of other machines; the module's createGemm times them on the visitor's
+    device and keeps the fastest (docs/ARCHITECTURE.md, "Candidate sets")."""
     if not isinstance(kernel, Kernel):
         raise ExportError("kernel", f"kernel must be an autotune.Kernel, got {kernel!r:.60}")
     if name is None or (isinstance(name, str) and not name):  # (an array has no truth value)
@@ -225,23 +379,126 @@ def export(kernel: Kernel, out_dir: str | Path, name: str | None = None) -> dict
     check_folder("out_dir", out_dir, writable=False, error=ExportError)
     if out_dir is None:
         raise ExportError("out_dir", "out_dir must be a folder path, got None")
-    data = manifest(kernel, name)
-    wgsl = _with_header(kernel, data, name)
-    _verify_text(kernel, wgsl)  # the text written, header included, before any file
+    if candidates is not None:
+        files = candidate_files(kernel, name, _count(candidates), cache_dir, _paths(caches))
+        return _write_bundle(Path(out_dir), files)
+    data, wgsl = bundle_texts(kernel, name)
     module = _template("_export.js.j2").render(
         name=name,
         computes=data["computes"],
         dtype=kernel.problem.dtype,
         manifest_json=json.dumps(data, indent=1),
+        **_weight_usage(kernel.problem),
         wgsl_json=json.dumps(wgsl),
         **data["shape"],
     )
-    texts = {"wgsl": wgsl, "json": json.dumps(data, indent=1) + "\n", "js": module}
-    return _write_bundle(Path(out_dir), name, texts)
+    files = {"wgsl": (f"{name}.wgsl", wgsl), "json": (f"{name}.json", _json(data))}
+    files["js"] = (f"{name}.js", module)
+    return _write_bundle(Path(out_dir), files)
 
 
-def _write_bundle(out: Path, name: str, texts: dict[str, str]) -> dict[str, Path]:
-    """Write out/NAME.<kind> for each text; warn (ExportWarning) with the files replaced.
+def _json(data: dict) -> str:
+    return json.dumps(data, indent=1) + "\n"
+
+
+MAX_CANDIDATES = 16  # each is compiled on every visitor's device: a handful is the point
+
+
+def _count(candidates: object) -> int:
+    if type(candidates) is not int or not 1 <= candidates <= MAX_CANDIDATES:
+        raise ExportError(
+            "candidates",
+            f"candidates must be a whole number from 1 to {MAX_CANDIDATES}, got {candidates!r:.60}",
+        )
+    return candidates
+
+
+def _paths(caches: object) -> list[Path]:
+    """`caches` as paths, each an existing file or folder (named in the error if not)."""
+    if isinstance(caches, str | Path):
+        caches = [caches]
+    paths = []
+    for item in caches:
+        if not isinstance(item, str | Path) or not Path(item).exists():
+            raise ExportError("caches", f"caches: {item!r:.80} is not a cache file or folder")
+        paths.append(Path(item))
+    return paths
+
+
+def candidate_files(kernel, name, count, cache_dir, caches) -> dict[str, tuple[str, str]]:
+    """The candidate set's files by kind: NAME.js, NAME.json and NAME_c<i>.wgsl."""
+    bundles = {}
+
+    def verified(candidate_kernel: Kernel, index: int) -> tuple[dict, str]:
+        return bundle_texts(candidate_kernel, f"{name}_c{index}")
+
+    try:
+        chosen = choose(kernel, count, verified, cache_dir=cache_dir, caches=caches)
+    except MergeError as error:  # a file named in `caches` is not a cache file
+        raise ExportError("caches", str(error)) from None
+    for index, (candidate, _, (data, wgsl)) in enumerate(chosen.taken):
+        data["provenance"] |= _chosen_provenance(candidate)
+        bundles[f"c{index}"] = (data, wgsl)
+    texts = [wgsl for _, wgsl in bundles.values()]
+    data = candidate_manifest(kernel, name, [d for d, _ in bundles.values()], chosen.left_out)
+    data["hash"] = bundle_hash(texts)
+    module = _template("_export_candidates.js.j2").render(
+        name=name,
+        computes=data["computes"],
+        dtype=kernel.problem.dtype,
+        count=len(texts),
+        manifest_json=json.dumps(data, indent=1),
+        **_weight_usage(kernel.problem),
+        wgsl_json=json.dumps(texts, indent=1),
+        **data["shape"],
+    )
+    files = {kind: (f"{name}_{kind}.wgsl", wgsl) for kind, (_, wgsl) in bundles.items()}
+    files["json"] = (f"{name}.json", _json(data))
+    files["js"] = (f"{name}.js", module)
+    return files
+
+
+def _chosen_provenance(candidate) -> dict:
+    """Why a candidate is in the set and, from another device's cache, how it measured
+    there."""
+    chosen = {"chosen_as": candidate.chosen_as}
+    entry = candidate.entry
+    if entry is not None and not candidate.chosen_as.startswith("exported"):
+        chosen["measured"] = {
+            "device": candidate.device or None,
+            "shape": entry.key.problem.shape,
+            "gflops": entry.gflops,
+            "date": entry.date,
+        }
+    return chosen
+
+
+def candidate_manifest(kernel, name: str, manifests: list[dict], left_out: list) -> dict:
+    """The set's manifest: what every candidate computes, the candidates' own manifests
+    in order (the exported kernel first) and the configs left out, with why."""
+    first = manifests[0]
+    shared = ("computes", "dtype", "layout", "batch", "shared_b", "epilogue", "shape")
+    return {
+        "name": name,
+        "format": FORMAT,
+        "kind": "candidates",
+        **{key: first[key] for key in shared},
+        **{key: first[key] for key in ("weights", "activations") if key in first},
+        "valid_for": first["valid_for"],
+        "candidates": manifests,
+        "left_out": left_out,
+    }
+
+
+def bundle_hash(texts: list[str]) -> str:
+    """What a browser keys its stored choice by, with the adapter: another set of kernels
+    is another hash, so a choice among the old set is never reused."""
+    return hashlib.sha256(json.dumps(texts).encode()).hexdigest()[:16]
+
+
+def _write_bundle(out: Path, files: dict[str, tuple[str, str]]) -> dict[str, Path]:
+    """Write each kind's (file name, text) into `out`; return the paths by kind; warn
+    (ExportWarning) with the files replaced.
 
     Never through a symlink (an existing one could point anywhere, e.g. outside `out`)
     nor over a folder or special file: each is refused before anything is written. Each
@@ -249,7 +506,7 @@ def _write_bundle(out: Path, name: str, texts: dict[str, str]) -> dict[str, Path
     sees the old bundle file or the new one, and a link swapped in meanwhile is replaced,
     not followed.
     """
-    paths = {kind: out / f"{name}.{kind}" for kind in texts}
+    paths = {kind: out / file for kind, (file, _) in files.items()}
     replaced = []
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -262,7 +519,7 @@ def _write_bundle(out: Path, name: str, texts: dict[str, str]) -> dict[str, Path
                 )
             replaced += [path] if path.exists() else []
         for kind, path in paths.items():
-            write_whole(path, texts[kind])
+            write_whole(path, files[kind][1])
     except OSError as error:
         raise ExportError("out_dir", f"out_dir {str(out)!r} cannot be written: {error}") from None
     if replaced:

@@ -17,6 +17,7 @@ from .compile import Compiled, compile_shader
 from .device import Gpu, get_gpu
 from .encode import Resident, operand_sizes, record, uniform_bytes
 from .problem import Problem, ProblemError, check_dtype
+from .quantize import QuantizedWeight
 from .render import Shader, render
 from .space import Config
 
@@ -78,8 +79,14 @@ def check_operands(
     A.T (K x M); trans_b: B holds B.T (N x K, a linear layer's weight). alpha != 1,
     beta != 0 (C then holds the addend), bias (N values) and activation ("relu",
     "gelu") make the epilogue.
+
+    B may be a QuantizedWeight (autotune.quantize of a weight W, N x K): then C =
+    epilogue(A @ W'.T) with W' its dequantized weight, whatever trans_b says, and one
+    weight serves every item of a batch. It stays a QuantizedWeight in the result.
     """
     trans_a, trans_b = check_flag("trans_a", trans_a), check_flag("trans_b", trans_b)
+    if isinstance(B, QuantizedWeight):
+        return _quantized_operands(A, B, trans_a, C, bias, alpha, beta, activation)
     A = _array("A", A, (2, 3))
     B = _array("B", B, (2, 3) if A.ndim == 3 else (2,))
     if A.dtype != B.dtype:
@@ -97,6 +104,22 @@ def check_operands(
             "shape",
             f"inner dimensions differ: op(A) is {M}x{K} (K={K}), op(B) is {KB}x{N} (K={KB})",
         )
+    ops = _epilogue(bias, alpha, beta, activation)
+    problem = Problem(
+        M,
+        N,
+        K,
+        dtype,
+        ("t" if trans_a else "n") + ("t" if trans_b else "n"),
+        batch,
+        batch > 1 and B.ndim == 2,
+        ops,
+    )
+    return _with_outputs({"A": A, "B": B}, problem, C, bias, beta)
+
+
+def _epilogue(bias, alpha, beta, activation) -> str:
+    """The epilogue that bias, alpha, beta and activation ask for, each checked."""
     alpha, beta = check_scalar("alpha", alpha), check_scalar("beta", beta)
     if activation is not None and (
         not isinstance(activation, str) or activation not in ("relu", "gelu")
@@ -106,18 +129,38 @@ def check_operands(
             f"activation {shown(activation, 40)} is unknown; known: relu, gelu (or None)",
         )
     ops = [op for op, on in (("alpha", alpha != 1), ("beta", beta != 0)) if on]
-    ops += (["bias"] if bias is not None else []) + ([activation] if activation else [])
-    problem = Problem(
-        M,
-        N,
-        K,
-        dtype,
-        ("t" if trans_a else "n") + ("t" if trans_b else "n"),
-        batch,
-        batch > 1 and B.ndim == 2,
-        ",".join(ops),
-    )
-    arrays = {"A": A, "B": B}
+    ops += ["bias"] if bias is not None else []
+    return ",".join(ops + ([activation] if activation else []))
+
+
+def _quantized_operands(A, qw: QuantizedWeight, trans_a, C, bias, alpha, beta, activation):
+    """check_operands for a QuantizedWeight B: A (M x K, or a batch of them) times the
+    dequantized weight transposed."""
+    if trans_a:
+        raise ProblemError("trans_a", "with a quantized weight, A is M x K (trans_a=False)")
+    A = _array("A", A, (2, 3))
+    dtype = check_dtype(A.dtype)
+    if qw.scales.dtype != np.float16:
+        raise ProblemError(
+            "B",
+            f"the kernels read f16 scales; this weight has {qw.scales.dtype} scales "
+            "(quantize with scales='f16', the default)",
+        )
+    N, K = qw.shape
+    if A.shape[-1] != K:
+        raise ProblemError(
+            "shape", f"inner dimensions differ: A is {A.shape} (K={A.shape[-1]}), W is {N}x{K}"
+        )
+    batch = A.shape[0] if A.ndim == 3 else 1
+    ops = _epilogue(bias, alpha, beta, activation)
+    problem = Problem(A.shape[-2], N, K, dtype, "nt", batch, batch > 1, ops, weights=qw.format)
+    return _with_outputs({"A": A, "B": qw}, problem, C, bias, beta)
+
+
+def _with_outputs(arrays: dict, problem: Problem, C, bias, beta) -> tuple[dict, Problem]:
+    """`arrays` with C and bias, each checked against `problem`; arrays C-contiguous."""
+    A = arrays["A"]
+    M, N = problem.M, problem.N
     if beta != 0 and C is None:
         raise ProblemError("C", "beta != 0 needs C, the addend (C = alpha A B + beta C)")
     for name, value in (("C", C), ("bias", bias)):
@@ -130,7 +173,9 @@ def check_operands(
                     name, f"{name} must be {want} {A.dtype}, got {value.shape} {value.dtype}"
                 )
             arrays[name] = value
-    return {k: np.ascontiguousarray(v) for k, v in arrays.items()}, problem
+    contiguous = {k: v if isinstance(v, QuantizedWeight) else np.ascontiguousarray(v)
+                  for k, v in arrays.items()}  # fmt: skip
+    return contiguous, problem
 
 
 def check_features(problem: Problem, features, device: str = "this device") -> None:
@@ -150,17 +195,30 @@ def check_fits(problem: Problem, gpu: Gpu, limits: dict | None = None) -> None:
     # the smaller limit is the one a matrix meets first (checked before any allocation)
     limit_name = min(("max-storage-buffer-binding-size", "max-buffer-size"), key=limits.get)
     limit = limits[limit_name]
+    types = problem.operand_dtypes()
     for name, shape in problem.matrix_shapes().items():
-        size = math.prod(shape) * problem.itemsize
+        size = math.prod(shape) * np.dtype(types[name]).itemsize
         if size > limit:
-            what = "x".join(str(s) for s in shape)
+            # each array's own element type: a quantized weight's codes are uint32 words
+            own = types[name] is not problem.numpy_dtype
+            element = np.dtype(types[name]).name if own else problem.dtype
+            what = "x".join(str(s) for s in shape) + f" {element}"
             # one matrix of a batched operand fits: the batch is what is too large
             batched = len(shape) == 3 and size // problem.batch <= limit
             raise ProblemError(
                 "batch" if batched else "shape",
-                f"{name} ({what} {problem.dtype}) needs {size} bytes, more than this "
+                f"{name} ({what}) needs {size} bytes, more than this "
                 f"device's storage buffer limit {limit_name} = {limit} bytes",
             )
+
+
+def input_arrays(A: np.ndarray, B) -> dict[str, np.ndarray]:
+    """The input buffers by binding name: A and B, or for a QuantizedWeight B its packed
+    codes as B, its scales and (with zero points) zeros."""
+    if not isinstance(B, QuantizedWeight):
+        return {"A": A, "B": B}
+    arrays = {"A": A, "B": B.data, "scales": B.scales}
+    return arrays | ({} if B.zero_points is None else {"zeros": B.zero_points})
 
 
 def _storage(gpu: Gpu, data: np.ndarray, extra=0):
@@ -224,9 +282,11 @@ class Bound:
         self.gpu.queue.submit([encoder.finish()])
 
     def read(self, name: str = "C") -> np.ndarray:
-        """A buffer's contents as elements of the problem's type (C: in C's shape)."""
+        """A buffer's contents as elements of its type (an operand's own, e.g. a quantized
+        weight's uint32 codes; a workspace's the problem's), C in C's shape."""
         problem = self.compiled.shader.problem
-        data = np.frombuffer(self.gpu.queue.read_buffer(self.buffers[name]), problem.numpy_dtype)
+        dtype = problem.operand_dtypes().get(name, problem.numpy_dtype)
+        data = np.frombuffer(self.gpu.queue.read_buffer(self.buffers[name]), dtype)
         if name != "C":
             return data.copy()
         shape = problem.matrix_shapes()["C"]
@@ -255,7 +315,7 @@ def dispatch(
     problem = compiled.shader.problem
     if C is None:
         C = np.full(problem.matrix_shapes()["C"], fill, dtype=problem.numpy_dtype)
-    arrays = {"A": A, "B": B, "C": C} | ({} if bias is None else {"bias": bias})
+    arrays = input_arrays(A, B) | {"C": C} | ({} if bias is None else {"bias": bias})
     bound = Bound.make(compiled, gpu, arrays, alpha, beta)
     try:
         bound.run()
@@ -345,6 +405,7 @@ class Kernel:
         )
         # a kernel with alpha or beta in its epilogue computes alpha = 1 or beta = 0 too
         same = got.variant[:4] == problem.variant[:4] and got.shape == problem.shape
+        same = same and got.weights == problem.weights
         extra = set(got.ops) - set(problem.ops)
         if not same or extra or ("bias" in problem.ops) != (bias is not None):
             raise ProblemError(
@@ -398,15 +459,21 @@ class Kernel:
                 )
         self.resident.set_scalars(values["alpha"], values["beta"])
 
-    def encode(self, encoder, A, B, C, bias=None) -> None:
+    def encode(self, encoder, A, B, C, bias=None, *, scales=None, zeros=None) -> None:
         """Record C = epilogue(op(A) @ op(B)) into the caller's wgpu.GPUCommandEncoder,
         on the caller's buffers of this kernel's device: each a wgpu.GPUBuffer with
         STORAGE usage, or a (buffer, byte offset) pair, of at least `buffer_sizes()`
         bytes past its offset (beta reads C before it is written). Every pass of the
-        kernel's launch plan is recorded; nothing is submitted, nothing read back."""
-        if bias is not None and "bias" not in self.problem.ops:
-            raise ProblemError("bias", f"this kernel's epilogue has no bias: {self.problem}")
-        operands = {"A": A, "B": B, "C": C} | ({} if bias is None else {"bias": bias})
+        kernel's launch plan is recorded; nothing is submitted, nothing read back.
+        Quantized weights: B holds the packed codes (QuantizedWeight.data), `scales` the
+        f16 scales and, for a format with zero points, `zeros` them, as the files of
+        docs/QUANTIZED.md lay them out."""
+        optional = {"bias": bias, "scales": scales, "zeros": zeros}
+        sizes = self.buffer_sizes()
+        for name, value in optional.items():
+            if value is not None and name not in sizes:
+                raise ProblemError(name, f"this kernel binds no {name}: {self.problem}")
+        operands = {"A": A, "B": B, "C": C} | {k: v for k, v in optional.items() if v is not None}
         self.resident.encode(encoder, operands)
 
     def __repr__(self) -> str:

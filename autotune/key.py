@@ -34,7 +34,7 @@ _LIMITED = re.compile(r"limited-[0-9a-f]{12}", re.ASCII)
 _SIZE = r"[1-9][0-9]{0,9}"  # ASCII digits, no leading zero: one text for one number
 _SHAPE = re.compile(rf"({_SIZE})x({_SIZE})x({_SIZE})", re.ASCII)
 _BATCH = re.compile(rf"b({_SIZE})(s?)", re.ASCII)
-_DTYPE = re.compile(r"(f16|f32)(?:-acc(16|32))?", re.ASCII)
+_DTYPE = re.compile(r"(f16|f32)(?:-acc(16|32))?(?:\.(q8|q4g(?:32|64|128)z?)(\.a8)?)?", re.ASCII)
 _KERNEL = re.compile(r"[0-9a-f]{16}", re.ASCII)
 
 
@@ -117,6 +117,8 @@ class Key:
                 shared_b=items[2] == "s",
                 epilogue=epilogue,
                 accumulate=accumulate,
+                weights=element[3] or "none",
+                activations="q8" if element[4] else "none",
             )
         except ProblemError as error:
             raise ValueError(str(error)) from None

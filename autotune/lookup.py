@@ -96,12 +96,17 @@ def _ranked(problem, checks, stores, gpu, limits) -> list[predict.Candidate]:
         for e in store.entries().values()
         if e.key.checks == checks and not e.estimated and cache.is_current(e)
     ]  # (the roof from tuned entries only: an estimate's three short passes are noisier)
-    typed = [e for e in measured if e.key.problem.dtype == problem.dtype]
+    # each arithmetic its own roof: f16 runs faster, int8 dot products faster still
+    typed = [e for e in measured if _arithmetic(e.key.problem) == _arithmetic(problem)]
     usable = [e for e in typed if runs(e.config)]
     seeds = [c for c in _seeds(problem, limits) if runs(c)]
     units = predict.compute_units(gpu.fingerprint.device)
-    roof = predict.Roof.of(typed or measured)  # f16 runs faster: each type's own roof
+    roof = predict.Roof.of(typed or measured)
     return predict.ranked(problem, usable, seeds, units, roof)
+
+
+def _arithmetic(problem: Problem) -> tuple[str, str, str]:
+    return problem.dtype, problem.weights, problem.activations
 
 
 def _seeds(problem: Problem, limits) -> list[Config]:
@@ -268,6 +273,8 @@ def lookup(
     shared_b: bool = False,
     epilogue: str | list | None = "none",
     accumulate: str = "auto",
+    weights: str = "none",
+    activations: str = "none",
     checks: bool = True,
     cache_dir: str | Path | None = None,
     gpu: Gpu | None = None,
@@ -279,8 +286,11 @@ def lookup(
 
     The variant (see autotune.Problem): `layout` "nn", "nt" (B stored N x K), "tn", "tt";
     `batch` matrices per operand (`shared_b`: one B for all); `epilogue`, e.g.
-    "bias,gelu" or "alpha,beta,bias,relu"; `accumulate` (f16) "auto", "f32" or "f16".
-    `portable` keeps to configs within WebGPU's default limits (for export).
+    "bias,gelu" or "alpha,beta,bias,relu"; `accumulate` (f16) "auto", "f32" or "f16";
+    `weights` "q8", "q4g32", "q4g128z"... for a weight quantized by autotune.quantize
+    (layout "nt"; docs/QUANTIZED.md), and with such a weight `activations` "q8" to have the
+    kernel quantize A's rows to int8 too and sum in integers. `portable` keeps to configs
+    within WebGPU's default limits (for export).
 
     Without an entry for this problem, the configs ranked fastest by predicted time are
     timed here (about ESTIMATE_S seconds) and the fastest is cached as `estimated`;
@@ -297,7 +307,9 @@ def lookup(
     into its encoders. A device of lower limits or fewer kernel features than its
     adapter's keeps its estimates (and tuned entries) in slots of its own.
     """
-    problem = Problem(M, N, K, dtype, layout, batch, shared_b, epilogue, accumulate)
+    problem = Problem(
+        M, N, K, dtype, layout, batch, shared_b, epilogue, accumulate, weights, activations
+    )
     checks, portable = check_flag("checks", checks), check_flag("portable", portable)
     estimate_s = ESTIMATE_S if check_flag("estimate", estimate) else 0.0
     check_folder("cache_dir", cache_dir, writable=False)
@@ -324,6 +336,7 @@ def matmul(
     trans_a: bool = False,
     trans_b: bool = False,
     accumulate: str = "auto",
+    activations: str = "none",
     checks: bool = True,
     estimate: bool = True,
     device: wgpu.GPUDevice | None = None,
@@ -332,7 +345,10 @@ def matmul(
     kernel for the problem; returns a new array (C is read, not written).
 
     trans_b=True: B is stored N x K (a linear layer's weight, y = x @ W.T); trans_a=True:
-    A is stored K x M. A 3-D A is a batch, with a 3-D B (one per item) or a 2-D B (shared).
+    A is stored K x M. B may be an autotune.QuantizedWeight (y = x @ W.T with W its
+    dequantized weight; activations="q8" quantizes x's rows to int8
+    too, as quantize.quantize_activations, and sums in integers). A 3-D A is a batch,
+    with a 3-D B (one per item) or a 2-D B (shared).
     f16 arrays run in f16 (the adapter needs shader-f16), accumulating in whichever type
     was fastest when tuned, or as `accumulate` ("f32", "f16") says. `estimate`: as in
     lookup (False: a new shape costs no timing and writes nothing to the cache).
@@ -351,7 +367,7 @@ def matmul(
     )
     checks = check_flag("checks", checks)
     kernel = lookup(
-        **(problem.arguments | {"accumulate": accumulate}),
+        **(problem.arguments | {"accumulate": accumulate, "activations": activations}),
         checks=checks,
         estimate=estimate,
         device=device,

@@ -32,15 +32,21 @@ import json
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from .problem import Problem
 
-# The problem's buffers: binding number, name, kind. bias only where the epilogue has it.
+# The problem's buffers: binding number, name, kind. bias only where the epilogue has it;
+# scales and zeros only with quantized weights (B then holds the packed codes), numbered
+# after the workspaces' 5 to 8 so that no earlier kernel's bindings moved.
 OPERANDS = (
     (0, "A", "read-only-storage"),
     (1, "B", "read-only-storage"),
     (2, "C", "storage"),
     (3, "dims", "uniform"),
     (4, "bias", "read-only-storage"),
+    (9, "scales", "read-only-storage"),
+    (10, "zeros", "read-only-storage"),
 )
 FIRST_WORKSPACE_BINDING = 5
 # The uniform block: field, byte offset, type. The plain problem's (f32, nn, one matrix,
@@ -57,7 +63,8 @@ VARIANT_UNIFORM = (
     ("pad1", 28, "u32"),
 )
 MAX_PASSES = 8
-MAX_WORKSPACES = 4
+QUANTIZE_PASS = "quantize"  # the entry point that quantizes activations (no product)
+MAX_WORKSPACES = 4  # bindings 5 to 8
 
 
 class PlanError(ValueError):
@@ -121,6 +128,14 @@ class Plan:
         values = [passes, bindings, self.workgroup_storage, self.vector_width]
         return json.dumps(values, separators=(",", ":"))
 
+    @property
+    def work(self) -> Pass:
+        """The pass that computes the product: the first, after the activations'
+        quantization where the kernel quantizes them (split-K's reduction comes after
+        its product)."""
+        steps = [p for p in self.passes if p.entry_point != QUANTIZE_PASS]
+        return steps[0] if steps else self.passes[0]
+
     def binding(self, name: str) -> Binding:
         return next(b for b in self.bindings if b.name == name)
 
@@ -142,14 +157,14 @@ class Plan:
 
 def operand_bindings(problem: Problem) -> tuple[Binding, ...]:
     """The problem's buffers with their sizes in bytes (before any workspace)."""
-    shapes = problem.matrix_shapes()
+    shapes, types = problem.matrix_shapes(), problem.operand_dtypes()
     _, uniform_size = uniform_layout(problem)
     bindings = []
     for number, name, kind in OPERANDS:
         if kind == "uniform":
             bindings.append(Binding(number, name, kind, uniform_size))
         elif name in shapes:
-            size = storage_bytes(math.prod(shapes[name]), problem.itemsize)
+            size = storage_bytes(math.prod(shapes[name]), np.dtype(types[name]).itemsize)
             bindings.append(Binding(number, name, kind, size))
     return tuple(bindings)
 

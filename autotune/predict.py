@@ -90,7 +90,7 @@ class Roof:
 def fill(plan: Plan, units: int) -> float:
     """The share of the GPU's workgroup slots a launch keeps busy over its waves, in
     (0, 1]."""
-    work = plan.passes[0]  # the GEMM (split-K's reduction comes after it)
+    work = plan.work
     groups = math.prod(work.grid)
     slots = units * max(1, min(8, THREADS_PER_UNIT // work.invocations))
     return groups / (math.ceil(groups / slots) * slots)

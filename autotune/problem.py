@@ -11,6 +11,13 @@ variants (each a field of Problem, each part of the cache key):
   applied in that order. alpha and beta are runtime values (a uniform), not baked in.
 - accumulate (f16 only): "auto" lets the tuner choose f32 or f16 accumulation (its ACC
   parameter) by speed; "f32" or "f16" pins it, for users who choose by accuracy.
+- weights "q8", "q4g32", "q4g64", "q4g128" (4-bit with "z": zero points): B is a linear
+  layer's weight quantized by autotune.quantize (docs/QUANTIZED.md), stored N x K (layout
+  "nt"): the packed codes (uint32), their f16 scales and zero points. The kernel computes
+  with the dequantized weight; A, C and the bias keep the dtype.
+- activations "q8" (with quantized weights): each row of A is quantized to int8 too, by a first
+  pass of the kernel (quantize.quantize_activations: a power-of-two scale per row, so
+  the codes are exact), and the product is summed in integers (dot4I8Packed).
 
 Every other stage takes a Problem; it is validated once, here, so that a bad size,
 dtype or variant is reported with the argument's name before anything touches the GPU.
@@ -25,6 +32,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .arguments import ArgumentError, is_integer, shown
+from .quantize import parse_format
 
 # dtype name -> NumPy type of the arrays in and out, and the WGSL scalar type.
 DTYPES = {"f32": (np.float32, "f32"), "f16": (np.float16, "f16")}
@@ -34,6 +42,7 @@ LAYOUTS = ("nn", "nt", "tn", "tt")
 EPILOGUE_OPS = ("alpha", "beta", "bias", "relu", "gelu")
 ACTIVATIONS = ("relu", "gelu")
 ACCUMULATE = ("auto", "f32", "f16")
+ACTIVATION_FORMATS = ("none", "q8")  # A as given, or quantized per row to int8
 MAX_BATCH = 2**31 - 1
 
 
@@ -125,6 +134,8 @@ class Problem:
     shared_b: bool = False  # one B for the whole batch (batch > 1 only)
     epilogue: str = "none"  # canonical, e.g. "alpha,beta,bias,gelu"
     accumulate: str = "auto"  # f16: "auto" (tuned), "f32" or "f16" (pinned)
+    weights: str = "none"  # B's format: "none" (the dtype), or quantized ("q4g128"...)
+    activations: str = "none"  # "q8": A quantized per row by the kernel (quantized weights)
 
     def __post_init__(self):
         for name in ("M", "N", "K", "batch"):
@@ -147,6 +158,41 @@ class Problem:
             raise ProblemError("accumulate", "accumulate f16 needs dtype f16")
         if self.dtype == "f32":  # f32 accumulates in f32: one name for one problem
             object.__setattr__(self, "accumulate", "auto")
+        self._check_weights()
+        self._check_activations()
+
+    def _check_activations(self) -> None:
+        if not isinstance(self.activations, str) or self.activations not in ACTIVATION_FORMATS:
+            raise ProblemError(
+                "activations",
+                f"activations {shown(self.activations, 40)} is not one of "
+                f"{', '.join(ACTIVATION_FORMATS)}",
+            )
+        if self.activations == "q8" and not self.quantized:
+            raise ProblemError(
+                "activations",
+                "activations q8 (int8 dot products) need quantized weights (weights q8, q4g128...)",
+            )
+
+    def _check_weights(self) -> None:
+        if self.weights == "none":
+            return
+        try:
+            parse_format(self.weights)
+        except ArgumentError as error:
+            raise ProblemError("weights", str(error)) from None
+        if self.layout != "nt":
+            raise ProblemError(
+                "layout",
+                f"quantized weights ({self.weights}) are stored N x K: layout nt (A M x K "
+                f"row-major, B a linear layer's weight), not {self.layout}",
+            )
+        if self.batch > 1 and not self.shared_b:
+            raise ProblemError(
+                "shared_b",
+                "quantized weights are one weight for the whole batch: give shared_b "
+                f"(batch {self.batch})",
+            )
 
     @property
     def flops(self) -> int:
@@ -187,12 +233,21 @@ class Problem:
     @property
     def plain(self) -> bool:
         """f32, nn, one matrix, no epilogue: the problem every template computes."""
-        return self.variant == ("f32", "nn", 1, False, "none", "auto")
+        return self.variant == ("f32", "nn", 1, False, "none", "auto", "none", "none")
 
     @property
     def variant(self) -> tuple:
         """Everything but the shape."""
-        return (self.dtype, self.layout, self.batch, self.shared_b, self.epilogue, self.accumulate)
+        return (
+            self.dtype,
+            self.layout,
+            self.batch,
+            self.shared_b,
+            self.epilogue,
+            self.accumulate,
+            self.weights,
+            self.activations,
+        )
 
     @property
     def variant_arguments(self) -> dict:
@@ -203,6 +258,8 @@ class Problem:
             shared_b=self.shared_b,
             epilogue=self.epilogue,
             accumulate=self.accumulate,
+            weights=self.weights,
+            activations=self.activations,
         )
 
     @property
@@ -221,8 +278,30 @@ class Problem:
 
     @property
     def dtype_text(self) -> str:
-        """ "f16", or "f16-acc32" / "f16-acc16" with the accumulation pinned."""
-        return self.dtype + ("" if self.accumulate == "auto" else f"-acc{self.accumulate[1:]}")
+        """ "f16", or "f16-acc32" / "f16-acc16" with the accumulation pinned; ".q4g128"
+        after it with quantized weights, then ".a8" with quantized activations."""
+        text = self.dtype + ("" if self.accumulate == "auto" else f"-acc{self.accumulate[1:]}")
+        text += "" if self.weights == "none" else f".{self.weights}"
+        return text + ("" if self.activations == "none" else ".a8")
+
+    @property
+    def quantized(self) -> bool:
+        return self.weights != "none"
+
+    @property
+    def weight_format(self) -> tuple[int, int | None, bool]:
+        """(bits, group, zero points) of quantized weights (quantize.parse_format)."""
+        return parse_format(self.weights)
+
+    @property
+    def padded_k(self) -> int:
+        """K as the quantized weight stores it (a multiple of 4 for q8, of the group for
+        4-bit; padded with codes of 0); K itself for unquantized weights."""
+        if not self.quantized:
+            return self.K
+        bits, group, _ = self.weight_format
+        step = 4 if bits == 8 else group
+        return -(-self.K // step) * step
 
     @property
     def batch_text(self) -> str:
@@ -230,7 +309,9 @@ class Problem:
         return f"b{self.batch}" + ("s" if self.shared_b else "")
 
     def matrix_shapes(self) -> dict[str, tuple[int, ...]]:
-        """The arrays in memory (row-major), with the batch dimension when batched."""
+        """The arrays in memory (row-major), with the batch dimension when batched.
+        Quantized weights: B is the packed codes (N x words), with `scales` and, for
+        zero points, `zeros` (operand_dtypes gives each array's element type)."""
         M, N, K = self.M, self.N, self.K
         a = (K, M) if self.trans_a else (M, K)
         b = (N, K) if self.trans_b else (K, N)
@@ -238,7 +319,22 @@ class Problem:
         shapes = {"A": lead + a, "B": (b if self.shared_b else lead + b), "C": lead + (M, N)}
         if "bias" in self.ops:
             shapes["bias"] = (N,)
+        if self.quantized:
+            bits, group, zero_points = self.weight_format
+            shapes["B"] = (N, self.padded_k * bits // 32)
+            shapes["scales"] = (N,) if bits == 8 else (N, self.padded_k // group)
+            if zero_points:
+                shapes["zeros"] = (N, -(-self.padded_k // group // 8))
         return shapes
+
+    def operand_dtypes(self) -> dict[str, type]:
+        """Each array's NumPy element type (matrix_shapes' names): the dtype's, and for
+        quantized weights uint32 codes and zero points and float16 scales."""
+        types = dict.fromkeys(self.matrix_shapes(), self.numpy_dtype)
+        if self.quantized:
+            types.update(B=np.uint32, scales=np.float16)
+            types.update({"zeros": np.uint32} if "zeros" in types else {})
+        return types
 
     def __str__(self) -> str:
         text = f"{self.shape} {self.dtype_text} {self.layout}"
@@ -280,7 +376,9 @@ def parse_shape(text: str, dtype: str = "f32", **variant) -> Problem:
 
 
 # Keys a problem may have in a --shapes-from file, and the largest file we read.
-VARIANT_KEYS = ("layout", "batch", "shared_b", "epilogue", "accumulate")
+VARIANT_KEYS = (
+    "layout", "batch", "shared_b", "epilogue", "accumulate", "weights", "activations",
+)  # fmt: skip
 PROBLEM_KEYS = ("shape", "M", "N", "K", "dtype", *VARIANT_KEYS, "name")
 MAX_PROBLEMS_FILE_BYTES = 4 * 2**20
 
@@ -299,9 +397,9 @@ def named_problems_from_file(path, dtype: str = "f32", **variant) -> list[tuple[
 
     JSON: a list of objects, or {"problems": [...]}; TOML: [[problems]] tables. Each
     problem has `shape = "MxNxK"` or M, N and K, and optionally `dtype`, `layout`,
-    `batch`, `shared_b`, `epilogue`, `accumulate` (defaults: the `dtype` and `variant`
-    arguments, as the CLI's options give them) and `name` (a label, e.g. the layer it
-    comes from).
+    `batch`, `shared_b`, `epilogue`, `accumulate`, `weights`, `activations` (defaults:
+    the `dtype` and `variant` arguments, as the CLI's options give them) and `name` (a
+    label, e.g. the layer it comes from).
     """
     import json
     import tomllib

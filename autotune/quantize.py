@@ -104,43 +104,22 @@ class QuantizedWeight:
     @property
     def format(self) -> str:
         """The short name: q8, q4g32, q4g64, q4g128, with z for zero points (q4g128z)."""
-        if self.bits == 8:
-            return "q8"
-        return f"q4g{self.group}" + ("z" if self.zero_points is not None else "")
+        return format_name(self.bits, self.group, self.zero_points is not None)
 
     @property
     def files(self) -> dict[str, dict]:
         """Each array's file: dtype, shape and layout in one line (the manifest's)."""
         n, kp = self.shape[0], self.padded_k
-        if self.bits == 8:
-            data = (
-                (n, kp // 4),
-                "int8 two's complement, 4 per word along K: element k of row n in bits "
-                "8*(k%4) of word [n, k//4] (dot4I8Packed); k >= K holds 0",
-            )
-            scales = ((n,), "one per row: W[n, k] = q * scales[n]")
-        else:
-            data = (
-                (n, kp // 8),
-                "unsigned 4-bit codes, 8 per word along K: code k of row n in bits 4*(k%8) "
-                "of word [n, k//8]; k >= K holds the code of 0",
-            )
-            zero = "its zero point" if self.zero_points is not None else "8"
-            scales = (
-                (n, self.groups),
-                f"one per {self.group} K of a row: W[n, k] = (code - {zero}) * "
-                f"scales[n, k//{self.group}]",
-            )
+        zero_points = self.zero_points is not None
+        layouts = file_layouts(self.bits, self.group, zero_points)
+        scales = (n,) if self.bits == 8 else (n, self.groups)
         files = {
-            "data": dict(dtype="uint32", shape=data[0], layout=data[1]),
-            "scales": dict(dtype=_scale_type(self.scales), shape=scales[0], layout=scales[1]),
+            "data": dict(dtype="uint32", shape=(n, kp * self.bits // 32), layout=layouts["data"]),
+            "scales": dict(dtype=_scale_type(self.scales), shape=scales, layout=layouts["scales"]),
         }
-        if self.bits == 4 and self.zero_points is not None:
+        if zero_points:
             files["zero_points"] = dict(
-                dtype="uint32",
-                shape=(n, -(-self.groups // 8)),
-                layout="unsigned 4-bit zero points, 8 per word along the groups: group g of "
-                "row n in bits 4*(g%8) of word [n, g//8]; unused nibbles 0",
+                dtype="uint32", shape=(n, -(-self.groups // 8)), layout=layouts["zero_points"]
             )
         return files
 
@@ -246,6 +225,31 @@ class QuantizedWeight:
 _SUFFIX = {"data": "data", "scales": "scales", "zero_points": "zeros"}
 
 
+def file_layouts(bits: int, group: int | None, zero_points: bool) -> dict[str, str]:
+    """Each array's layout in one line, by file role (data, scales, zero_points): the
+    weight files' manifest and the export manifest's quantized buffers say the same."""
+    if bits == 8:
+        layouts = {
+            "data": "int8 two's complement, 4 per word along K: element k of row n in bits "
+            "8*(k%4) of word [n, k//4] (dot4I8Packed); k >= K holds 0",
+            "scales": "one per row: W[n, k] = q * scales[n]",
+        }
+    else:
+        zero = "its zero point" if zero_points else "8"
+        layouts = {
+            "data": "unsigned 4-bit codes, 8 per word along K: code k of row n in bits "
+            "4*(k%8) of word [n, k//8]; k >= K holds the code of 0",
+            "scales": f"one per {group} K of a row: W[n, k] = (code - {zero}) * "
+            f"scales[n, k//{group}]",
+        }
+    if zero_points:
+        layouts["zero_points"] = (
+            "unsigned 4-bit zero points, 8 per word along the groups: group g of row n in "
+            "bits 4*(g%8) of word [n, g//8]; unused nibbles 0"
+        )
+    return layouts
+
+
 def _scale_type(scales: object) -> str:
     return "float16" if getattr(scales, "dtype", None) == np.float16 else "float32"
 
@@ -268,6 +272,46 @@ def _frozen_array(field: str, value: object, dtypes: tuple, info: dict) -> np.nd
     copy = np.array(value, dtype=value.dtype.newbyteorder("="), copy=True)
     copy.setflags(write=False)
     return copy
+
+
+def quantize_activations(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row of `x` (..., K) as int8 codes and a power-of-two float32 scale: exactly
+    what a kernel with activations "q8" computes in its first pass.
+
+    amax = max |x| of the row = f * 2**e with f in [0.5, 1); scale = 2**(e - 7);
+    code = clamp(rint(x * 2**(7 - e)), -127, 127). A power of two makes x / scale exact
+    (no division, whose rounding WGSL leaves to the device), so the codes are the same
+    bits everywhere; |x - code * scale| <= scale / 2 except where amax / scale rounds
+    past 127 (amax above 127.5 * scale), clamped by at most one code. A row of zeros has
+    codes 0. Returns (codes int8 of x's shape, scales float32 of x's shape minus K).
+    """
+    x = np.asarray(x).astype(np.float32)
+    _, e = np.frexp(np.max(np.abs(x), axis=-1, keepdims=True))
+    codes = np.clip(np.rint(np.ldexp(x, 7 - e)), -127, 127).astype(np.int8)
+    return codes, np.ldexp(np.float32(1), e - 7).astype(np.float32)[..., 0]
+
+
+_FORMAT = re.compile(r"q8|q4g(32|64|128)(z?)", re.ASCII)
+
+
+def parse_format(text: object) -> tuple[int, int | None, bool]:
+    """(bits, group, zero points) of a format name ("q8", "q4g128", "q4g32z"), or
+    ArgumentError naming `weights`."""
+    match = _FORMAT.fullmatch(text) if isinstance(text, str) else None
+    if not match:
+        raise ArgumentError(
+            "weights",
+            f"weights {shown(text, 40)} is not a format; formats: none, q8, q4gG and q4gGz "
+            "with G one of 32, 64, 128 (z: zero points)",
+        )
+    if text == "q8":
+        return 8, None, False
+    return 4, int(match[1]), match[2] == "z"
+
+
+def format_name(bits: int, group: int | None, zero_points: bool) -> str:
+    """The short name of a format: q8, q4g32, q4g64, q4g128, with z for zero points."""
+    return "q8" if bits == 8 else f"q4g{group}" + ("z" if zero_points else "")
 
 
 def _check_format(bits: object, group: object, zero_points: bool) -> tuple[int, int | None]:

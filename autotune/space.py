@@ -4,7 +4,10 @@ A space is a TOML file in `search_spaces/` (one per template): integer parameter
 their values, derived quantities and constraints written as small expressions over the
 parameters and the problem (M, N, K, S = bytes per element, and the variant: F16, TA,
 TB, BATCH, SHARED_B, ALPHA, BETA, BIAS, ACT = 0 none / 1 relu / 2 gelu, ACC_PIN = 0
-auto / 1 f32 / 2 f16, VARIANT = 1 unless plain). The expressions are parsed
+auto / 1 f32 / 2 f16, VARIANT = 1 unless plain; quantized weights: QW = bits (0 for
+none), QG = group (0: one scale per row), QZ = zero points, KP = K as stored, padded;
+QA = 1 where the kernel quantizes A to int8 too).
+The expressions are parsed
 into a tiny whitelisted form (integers, + - * // %, comparisons, and/or/not, min, max,
 cdiv); file text is never handed to `eval`.
 
@@ -15,7 +18,9 @@ parameters it reads are bound, so large spaces are cut early.
 
 A space whose file does not say `variants = true` computes only the plain problem (f32,
 nn, one matrix, no epilogue): templates written before the variants existed, the user's
-own included, are never handed a problem they would compute wrongly.
+own included, are never handed a problem they would compute wrongly. Likewise only a
+space that says `weights = true` is handed quantized weights (QW > 0), and only one
+that says `activations = true` quantized activations (QA = 1).
 """
 
 from __future__ import annotations
@@ -42,9 +47,11 @@ DEFAULT_PASS = ("main", ("workgroup_size_x", "workgroup_size_y", "1"), ("grid_x"
 DEFAULT_PASS_NEEDS = ("workgroup_size_x", "workgroup_size_y", "grid_x", "grid_y")
 PROBLEM_NAMES = (
     "M", "N", "K", "S", "F16", "TA", "TB", "BATCH", "SHARED_B", "ALPHA", "BETA", "BIAS", "ACT",
-    "ACC_PIN", "VARIANT",
+    "ACC_PIN", "VARIANT", "QW", "QG", "QZ", "KP", "QA",
 )  # fmt: skip
 _PLAIN_ONLY = "VARIANT == 0"
+_UNQUANTIZED_ONLY = "QW == 0"
+_FLOAT_ACTIVATIONS_ONLY = "QA == 0"
 
 
 class SpaceError(ValueError):
@@ -196,6 +203,7 @@ class Space:
     passes: list[_PassRule] = field(default_factory=list)
     workspaces: list[_Rule] = field(default_factory=list)  # name, bytes
     version: int = 1  # raised when what a config means changes without its WGSL changing
+    weights: bool = False  # computes problems with quantized weights (and only those)
 
     @classmethod
     def from_toml(cls, text: str, template: str) -> Space:
@@ -238,6 +246,16 @@ class Space:
             raise SpaceError(f"search space {template!r}: variants must be true or false")
         if not variants:
             constraints.insert(0, _rule("plain_problem_only", _PLAIN_ONLY))
+        weights = data.get("weights", False)
+        if type(weights) is not bool:
+            raise SpaceError(f"search space {template!r}: weights must be true or false")
+        if not weights:
+            constraints.insert(0, _rule("unquantized_weights_only", _UNQUANTIZED_ONLY))
+        activations = data.get("activations", False)
+        if type(activations) is not bool:
+            raise SpaceError(f"search space {template!r}: activations must be true or false")
+        if not activations:
+            constraints.insert(0, _rule("float_activations_only", _FLOAT_ACTIVATIONS_ONLY))
         description = str(data.get("description", ""))
         version = data.get("version", 1)
         if type(version) is not int or version < 1:
@@ -253,6 +271,7 @@ class Space:
             passes,
             workspaces,
             version,
+            weights,
         )
 
     @property
@@ -554,7 +573,16 @@ def _problem_env(problem: Problem) -> dict[str, int]:
         "ACT": {None: 0, "relu": 1, "gelu": 2}[problem.activation],
         "ACC_PIN": ("auto", "f32", "f16").index(problem.accumulate),
         "VARIANT": int(not problem.plain),
+        **_weight_env(problem),
     }
+
+
+def _weight_env(problem: Problem) -> dict[str, int]:
+    if not problem.quantized:
+        return {"QW": 0, "QG": 0, "QZ": 0, "KP": problem.K, "QA": 0}
+    bits, group, zero_points = problem.weight_format
+    qa = int(problem.activations == "q8")
+    return {"QW": bits, "QG": group or 0, "QZ": int(zero_points), "KP": problem.padded_k, "QA": qa}
 
 
 def template_names() -> list[str]:

@@ -323,7 +323,9 @@ def _claimed(trial: optuna.trial.FrozenTrial) -> bool:
     attrs = trial.user_attrs
     if "interrupted" in attrs or "duplicate" in attrs:
         return False
-    return trial.state != TrialState.FAIL or "reason" in attrs  # FAIL without: interrupted
+    # Failed without a failure's reason: interrupted (given back, or its process killed
+    # while record() wrote it: reason "ok" set, the value never told).
+    return trial.state != TrialState.FAIL or attrs.get("reason", "ok") != "ok"
 
 
 def _counts(trial: optuna.trial.FrozenTrial) -> bool:

@@ -178,7 +178,8 @@ def baseline(problem: Problem, gpu: Gpu, evaluator: Evaluator) -> Outcome | None
 def tune(M: int, N: int, K: int, dtype: str = "f32", **options) -> TuneResult:
     """Find the fastest correct kernel for this problem on this device and cache it.
 
-    `options`: the variant (`layout`, `batch`, `shared_b`, `epilogue`, `accumulate`) as
+    `options`: the variant (`layout`, `batch`, `shared_b`, `epilogue`, `accumulate`,
+    `weights`, `activations`) as
     in autotune.lookup, and TuneOptions' fields (trials=30, timeout, templates, checks,
     sampler, storage, cache_dir, seed, gpu or device, on_trial, portable,
     candidate_timeout, compile_ahead). Without `templates`, the built-in ones that

@@ -27,8 +27,9 @@ import numpy as np
 
 from .compile import Compiled
 from .device import Gpu
-from .kernel import Bound
+from .kernel import Bound, input_arrays
 from .problem import Problem
+from .quantize import QuantizedWeight, quantize, quantize_activations
 
 # Unit roundoff per dtype; a sum of K products in that precision drifts like sqrt(K).
 EPSILON = {"f32": 2.0**-24, "f16": 2.0**-11}
@@ -82,11 +83,34 @@ def tolerance(problem: Problem, accumulate: str = "f32") -> float:
 
 
 def random_operands(problem: Problem, rng: np.random.Generator):
-    """A and B as stored (layout and batch applied), uniform in [-1, 1]."""
+    """A and B as stored (layout and batch applied), uniform in [-1, 1] (activations
+    quantized by the kernel: each row of A times its own power of two). Quantized
+    weights: B is a varied N x K weight (_varied_weight) quantized to the problem's
+    format (f16 scales), a QuantizedWeight."""
     shapes = problem.matrix_shapes()
     A = rng.uniform(-1, 1, shapes["A"]).astype(problem.numpy_dtype)
+    if problem.activations == "q8":
+        # rows of different magnitudes get different scales: a kernel that takes one row's
+        # (or batch item's) scale for another's fails
+        rows = shapes["A"][:-1] + (1,)
+        A = (A * 2.0 ** rng.integers(-4, 5, rows)).astype(problem.numpy_dtype)
+    if problem.quantized:
+        bits, group, zero_points = problem.weight_format
+        return A, quantize(_varied_weight(problem, rng), bits=bits, group=group,
+                           zero_points=zero_points)  # fmt: skip
     B = rng.uniform(-1, 1, shapes["B"]).astype(problem.numpy_dtype)
     return A, B
+
+
+def _varied_weight(problem: Problem, rng: np.random.Generator) -> np.ndarray:
+    """A weight (N x K) whose quantization varies everywhere: each row at its own power of
+    two (its scales differ from its neighbours', so a kernel taking another row's scale
+    fails) and each run of 32 K shifted by its own offset (4-bit zero points then cover
+    0 to 15, not only 7 and 8)."""
+    N, K = problem.N, problem.K
+    W = rng.uniform(-1, 1, (N, K)) * 2.0 ** rng.integers(-4, 5, (N, 1))
+    shift = np.repeat(rng.uniform(-1.5, 1.5, (N, -(-K // 32))), 32, axis=1)[:, :K]
+    return (W + shift * np.abs(W).max(axis=1, keepdims=True)).astype(np.float32)
 
 
 # The roundings of C's elements to the output format are independent, each at most half
@@ -133,9 +157,15 @@ def _worst(got: np.ndarray, want: np.ndarray, scale: np.ndarray, out=0.0) -> flo
     return float(np.max(excess / np.maximum(scale, 1e-300)))
 
 
-def _logical(problem: Problem, A: np.ndarray, B: np.ndarray):
-    """op(A) and op(B) in float64 as (batch or 1, rows, columns)."""
-    A64, B64 = A.astype(np.float64), B.astype(np.float64)
+def _logical(problem: Problem, A: np.ndarray, B):
+    """op(A) and op(B) in float64 as (batch or 1, rows, columns); a QuantizedWeight's
+    op(B) is its dequantized weight, and quantized activations' op(A) the codes times
+    their row scales: what the kernel claims to multiply."""
+    A64 = A.astype(np.float64)
+    if problem.activations == "q8":
+        codes, scales = quantize_activations(A)
+        A64 = codes.astype(np.float64) * scales[..., None].astype(np.float64)
+    B64 = (B.dequantize() if isinstance(B, QuantizedWeight) else B).astype(np.float64)
     A64 = np.swapaxes(A64, -1, -2) if problem.trans_a else A64
     B64 = np.swapaxes(B64, -1, -2) if problem.trans_b else B64
     return (A64[None] if A64.ndim == 2 else A64), (B64[None] if B64.ndim == 2 else B64)
@@ -231,18 +261,20 @@ class Reference:
             want, scale = gelu(want), GELU_SLOPE * scale
         return want, scale
 
-    def guarded(self, limit: int) -> tuple[np.ndarray, ...]:
-        """A and B with their NaN guards, and C's starting contents (NaN, or the addend
-        when the epilogue has beta; then the canary): made once, every candidate uploads
-        the same. A bias (with its NaN guard) follows when the epilogue has one."""
+    def guarded(self, limit: int) -> dict[str, np.ndarray]:
+        """Every buffer the caller binds, by name, made once (every candidate uploads the
+        same): the inputs (A, B, a quantized weight's scales and zeros, the bias) each
+        followed by its poison guard, and C's starting contents (NaN, or the addend when
+        the epilogue has beta; then the canary)."""
         if getattr(self, "_guarded", (None,))[0] != limit:
-            self._guarded = (limit, *guarded_inputs(self.A, self.B, self.problem, limit))
+            inputs = input_arrays(self.A, self.B)
+            inputs |= {} if self.bias is None else {"bias": self.bias}
+            arrays = {name: guarded_input(data, limit) for name, data in inputs.items()}
+            arrays["C"] = guarded_output(self.problem, limit)
             if self.C0 is not None:
-                self._guarded[3][: self.C0.size] = self.C0.ravel()
-            if self.bias is not None:
-                size = _guard_size(self.bias.size, self.bias.size, self.problem.itemsize, limit)
-                self._guarded += (_guarded(self.bias, size, math.nan),)
-        return self._guarded[1:]
+                arrays["C"][: self.C0.size] = self.C0.ravel()
+            self._guarded = (limit, arrays)
+        return self._guarded[1]
 
     def check(self, C: np.ndarray, accumulate: str = "f32") -> Verdict:
         """Compare C with the float64 result (in full or sampled, see the module doc).
@@ -297,18 +329,24 @@ def _guard_size(elements: int, row: int, itemsize: int, limit: int) -> int:
     return max(0, min(guard, room))
 
 
-def guarded_inputs(A: np.ndarray, B: np.ndarray, problem: Problem, limit: int):
-    """A and B flattened, each followed by NaN guards, and C: NaN then the canary (each
-    within the buffer `limit`)."""
+def guarded_input(data: np.ndarray, limit: int) -> np.ndarray:
+    """An input flattened and followed by poison, within the buffer `limit`: NaN after
+    floats (a kernel reading past the end gets NaN into its result), all bits set after
+    packed words (a quantized weight's codes and zero points)."""
+    poison = math.nan if np.issubdtype(data.dtype, np.floating) else np.iinfo(data.dtype).max
+    # (for 4-bit weights an overrun along B also reads NaN-guarded group scales; a q8
+    # weight has one scale per row, so its guard of all-ones codes decodes to -1s)
+    size = _guard_size(data.size, data.shape[-1], data.dtype.itemsize, limit)
+    return _guarded(data, size, poison)
+
+
+def guarded_output(problem: Problem, limit: int) -> np.ndarray:
+    """C's starting contents: NaN, then the canary (within the buffer `limit`)."""
     size = problem.itemsize
     c_size = math.prod(problem.matrix_shapes()["C"])
     C = np.full(c_size + _guard_size(c_size, problem.N, size, limit), np.nan, problem.numpy_dtype)
     C[c_size:].view(_BITS[size])[:] = CANARY & (256**size - 1)
-    return (
-        _guarded(A, _guard_size(A.size, A.shape[-1], size, limit), math.nan),
-        _guarded(B, _guard_size(B.size, B.shape[-1], size, limit), math.nan),
-        C,
-    )
+    return C
 
 
 _BITS = {4: np.uint32, 2: np.uint16}
@@ -329,8 +367,8 @@ def run_guarded(compiled: Compiled, gpu: Gpu, reference: Reference):
     or after a workspace that changed)."""
     problem, plan = compiled.shader.problem, compiled.shader.plan
     limit = min(gpu.limits["max-storage-buffer-binding-size"], gpu.limits["max-buffer-size"])
-    A, B, C, *bias = reference.guarded(limit)
-    arrays = {"A": A, "B": B, "C": C} | ({"bias": bias[0]} if bias else {})
+    arrays = dict(reference.guarded(limit))
+    C = arrays["C"]
     arrays |= {w.name: guarded_workspace(w.size, limit) for w in plan.workspaces}
     bound = Bound.make(compiled, gpu, arrays, reference.alpha, reference.beta)
     try:

@@ -16,16 +16,21 @@ BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
 pytestmark = pytest.mark.slow
 
 
-def run_script(name: str, *args: str, cwd: Path) -> str:
+def run_script(name: str, *args: str, cwd: Path, status: int = 0) -> str:
+    """A script of benchmarks/ as a user runs it (Python ones with this interpreter, the
+    shell ones with bash and PYTHON naming it), expected to exit with status; its stdout,
+    or its stderr where status is not 0."""
+    runner = "bash" if name.endswith(".sh") else sys.executable
     done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / name), *args],
+        [runner, str(BENCHMARKS / name), *args],
         cwd=cwd,
+        env=os.environ | {"PYTHON": sys.executable},
         capture_output=True,
         text=True,
         timeout=600,
     )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return done.stdout
+    assert done.returncode == status, done.stdout[-2000:] + done.stderr[-2000:]
+    return done.stdout if status == 0 else done.stderr
 
 
 def test_bench_times_verified_kernels_in_rounds_and_joins_runs(gpu, cache_dir, tmp_path):
@@ -81,15 +86,7 @@ def test_peak_times_every_width_and_form(gpu, tmp_path):
 
 def test_all_tables_in_one_command_quick(gpu, cache_dir, tmp_path):
     """all.sh --quick: every table of the GPU run, on tiny shapes, and the summary last."""
-    done = subprocess.run(
-        ["bash", str(BENCHMARKS / "all.sh"), "--quick", "out"],
-        cwd=tmp_path,
-        env=os.environ | {"PYTHON": sys.executable},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    stdout = run_script("all.sh", "--quick", "out", cwd=tmp_path)
     out = tmp_path / "out"
     runs = {"suite-f32", "decode-f32", "decode-f16", "longk-f32", "outofbox-f32"}
     for name in runs:
@@ -117,8 +114,36 @@ def test_all_tables_in_one_command_quick(gpu, cache_dir, tmp_path):
                 ours = [r["nochecks"]["seconds"] for r in rows if r["phase"] == phase]
                 assert total["gemms"] == len(ours) == 5  # gate and up both counted
                 assert total["nochecks"]["seconds"] == pytest.approx(sum(ours))
-    summary = done.stdout[done.stdout.rindex("Summary") :]
+    summary = stdout[stdout.rindex("Summary") :]
     assert all(f"| {name} |" in summary for name in runs)
+
+
+def test_table_scripts_name_their_usage_without_one_out_dir(tmp_path):
+    """all.sh and quantized.sh share their argument handling: each names itself."""
+    for name in ("all.sh", "quantized.sh"):
+        for args in ((), ("--quick",), ("a", "b")):
+            err = run_script(name, *args, cwd=tmp_path, status=2)
+            assert err == f"usage: benchmarks/{name} [--quick] OUT_DIR\n"
+    assert not list(tmp_path.iterdir())  # nothing made
+
+
+def test_quantized_tables_in_one_command_quick(gpu, cache_dir, tmp_path):
+    """quantized.sh --quick: each quantized table, its rows of the format it names, the
+    bytes moved those of the packed weight (well below the f32 weight's), served by the
+    families that compute it."""
+    stdout = run_script("quantized.sh", "--quick", "out", cwd=tmp_path)
+    families = {"q4g128": {"qgemv", "qgemm"}, "q4g128.a8": {"qdotv", "qdot"},
+                "q8.a8": {"qdotv", "qdot"}}  # fmt: skip
+    for name in ("decode-q4g128", "decode-q4g128-a8", "int8-gemm", "q4-prefill", "q4-prefill-a8"):
+        rows = json.loads((tmp_path / "out" / name / "bench.json").read_text())["rows"]
+        assert rows
+        for row in rows:
+            fmt = row["problem"].split()[1].split(".", 1)[1]
+            assert row["nochecks"]["template"] in families[fmt], row
+            M, N, K = (int(n) for n in row["shape"].split("x"))
+            weight = row["bytes"] - 4 * (M * K + M * N)  # A and C in f32
+            assert 0 < weight < 4 * N * K // 3
+        assert f"| {name} |" in stdout
 
 
 def test_regret_serves_each_held_out_shape_from_the_others(gpu, tmp_path):

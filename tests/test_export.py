@@ -2,29 +2,21 @@
 SwiftShader, i.e. Dawn and Tint rather than wgpu and naga) running them unchanged."""
 
 import base64
-import functools
-import http.server
 import json
-import os
 import re
-import shutil
-import signal
-import subprocess
-import tempfile
-import threading
-import time
-from pathlib import Path
 
+import numpy as np
 import pytest
+from chromium import run_bundles
 
 import autotune
 from autotune.__main__ import main
 from autotune.device import portable_limits
+from autotune.export import default_name
 from autotune.kernel import Kernel
 from autotune.problem import Problem
+from autotune.quantize import quantize_activations
 from autotune.space import Config, load_space
-
-RUNNER = Path(__file__).parent / "browser"
 
 
 def blocked(**params):
@@ -161,79 +153,8 @@ BROWSER_CASES = [
 ]
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def served(tmp_path):
-    """tmp_path served over http://127.0.0.1:PORT/ (module scripts need http, not file)."""
-    handler = functools.partial(_QuietHandler, directory=str(tmp_path))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield tmp_path, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
-def run_in_chromium(url: str, timeout: float = 240) -> list[str]:
-    """Console lines of `url` in headless Chromium with WebGPU on SwiftShader."""
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.fail("chromium is not installed (.ci/setup installs it)")
-    # Chromium's helper processes may still write the profile while they exit.
-    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile:
-        command = [
-            browser,
-            "--headless=new",
-            "--no-sandbox",
-            "--enable-unsafe-webgpu",
-            "--use-webgpu-adapter=swiftshader",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={profile}",
-            "--enable-logging=stderr",
-            url,
-        ]
-        process = subprocess.Popen(
-            command,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
-            start_new_session=True,  # its own process group: killed whole below
-        )
-        lines, deadline = [], time.monotonic() + timeout
-        try:
-            for line in process.stderr:
-                if "CONSOLE" in line or "AUTOTUNE" in line:
-                    lines.append(line)
-                if "AUTOTUNE_DONE" in line or time.monotonic() > deadline:
-                    break
-        finally:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(30)
-    return lines
-
-
-def decoded_results(lines: list[str]) -> dict[str, dict]:
-    """The runner's result per bundle name, after checking it ran to the end on
-    SwiftShader."""
-    assert any("AUTOTUNE_DONE" in line for line in lines), "".join(lines[-20:])
-    messages = [re.search(r"(AUTOTUNE_\w+) ([A-Za-z0-9+/=]+)", line) for line in lines]
-    decoded = [(m[1], json.loads(base64.b64decode(m[2]))) for m in messages if m]
-    adapter = next(value for tag, value in decoded if tag == "AUTOTUNE_ADAPTER")
-    assert adapter["architecture"] == "swiftshader", adapter
-    return {value["name"]: value for tag, value in decoded if tag == "AUTOTUNE_RESULT"}
-
-
 @pytest.mark.slow
-def test_exported_bundles_run_unchanged_in_chromium(gpu, served):
-    folder, base = served
+def test_exported_bundles_run_unchanged_in_chromium(gpu, tmp_path):
     names = []
     for i, (problem, config) in enumerate(BROWSER_CASES):
         kernel = (
@@ -242,11 +163,9 @@ def test_exported_bundles_run_unchanged_in_chromium(gpu, served):
             else Kernel(problem, config, "default", gpu=gpu)
         )
         name = f"case{i}_{problem.M}x{problem.N}x{problem.K}"
-        autotune.export(kernel, folder, name=name)
+        autotune.export(kernel, tmp_path, name=name)
         names.append(name)
-    for file in ("runner.html", "runner.js"):
-        shutil.copy(RUNNER / file, folder / file)
-    results = decoded_results(run_in_chromium(f"{base}/runner.html?bundles={','.join(names)}"))
+    results = run_bundles(tmp_path, names)
     assert sorted(results) == sorted(names)
     for name, result in results.items():  # each module parsed (loaded), each kernel right
         assert result["loaded"] and result["ok"], f"{name}: {result}"
@@ -303,19 +222,7 @@ def variant_results(gpu, tmp_path_factory):
             else autotune.lookup(**problem.arguments, portable=True, gpu=gpu)
         )
         autotune.export(kernel, folder, name=name)
-    for file in ("runner.html", "runner.js"):
-        shutil.copy(RUNNER / file, folder / file)
-    handler = functools.partial(_QuietHandler, directory=str(folder))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/runner.html?bundles="
-        lines = run_in_chromium(url + ",".join(F16_CASES | FUSED_CASES | SUBGROUP_CASES))
-    finally:
-        server.shutdown()
-        server.server_close()
-    messages = [re.search(r"AUTOTUNE_RESULT ([A-Za-z0-9+/=]+)", line) for line in lines]
-    return {r["name"]: r for r in (json.loads(base64.b64decode(m[1])) for m in messages if m)}
+    return run_bundles(folder, F16_CASES | FUSED_CASES | SUBGROUP_CASES)
 
 
 def test_transposed_batched_fused_bundles_run_in_chromium(variant_results):
@@ -349,11 +256,11 @@ def test_subgroup_bundles_run_in_chromium(variant_results):
         assert result.get("ok") and result["errors"] == [], f"{name}: {result}"
 
 
-def test_the_browser_check_catches_broken_bundles(gpu, served):
+def test_the_browser_check_catches_broken_bundles(gpu, tmp_path):
     """The harness must be able to fail: a bundle that skips most of C, one whose
     manifest binds C read-only (a WebGPU validation error), and one whose module does not
     parse (a line break in a comment)."""
-    folder, base = served
+    folder = tmp_path
     kernel = Kernel(Problem(40, 36, 24), blocked(BM=16, TM=2, BN=16, TN=4), "default", gpu=gpu)
     for name in ("short", "readonly", "syntax"):
         autotune.export(kernel, folder, name=name)
@@ -367,13 +274,166 @@ def test_the_browser_check_catches_broken_bundles(gpu, served):
     )
     syntax = folder / "syntax.js"
     syntax.write_text(syntax.read_text().replace("// Usage:", "// Usage\n:", 1))
-    for file in ("runner.html", "runner.js"):
-        shutil.copy(RUNNER / file, folder / file)
-    lines = run_in_chromium(f"{base}/runner.html?bundles=short,readonly,syntax")
-    messages = [re.search(r"AUTOTUNE_RESULT ([A-Za-z0-9+/=]+)", line) for line in lines]
-    results = {r["name"]: r for r in (json.loads(base64.b64decode(m[1])) for m in messages if m)}
+    results = run_bundles(folder, ["short", "readonly", "syntax"])
     assert not results["short"]["ok"] and results["short"]["errors"] == []
     assert not results["readonly"]["ok"] and results["readonly"]["errors"]
     assert results["short"]["loaded"] and results["readonly"]["loaded"]
     assert not results["syntax"]["ok"] and results["syntax"]["loaded"] is False
     assert "SyntaxError" in results["syntax"]["errors"][0], results["syntax"]
+
+
+# --- quantized weights ------------------------------------------------------------------
+
+# (problem, params: qgemv's unless they name another template): A as vec4 with a ragged N
+# and K padded to the group; A as scalars with K padded to a word (K % 4 != 0) and an odd
+# count of f16 scales; every 4-bit group size with and without zero points; int8
+# activations over 4-bit weights in both int8 families (qdot: a group spanning K steps);
+# qgemm past one tile of rows (ragged M, N and K). Tiny shapes: one Chromium launch runs
+# them all.
+QUANTIZED_CASES = {  # dequantized in registers (qgemv, qgemm), int8 activations (qdot, qdotv)
+    "q4g32z": (Problem(3, 37, 100, "f32", "nt", weights="q4g32z"), dict(NC=1, AV=4)),
+    "q8": (Problem(2, 41, 70, "f32", "nt", weights="q8"), dict(NC=2, AV=1)),
+    "q4g64": (Problem(1, 24, 128, "f32", "nt", weights="q4g64"), dict(NC=1, AV=4)),
+    "q4g128": (Problem(2, 29, 256, "f32", "nt", weights="q4g128"), dict(NC=1, AV=4, U=2)),
+    "q4g32": (Problem(4, 33, 70, "f32", "nt", weights="q4g32"), dict(NC=2, AV=1)),
+    "q4g32_a8": (
+        Problem(2, 37, 100, "f32", "nt", weights="q4g32", activations="q8"),
+        dict(template="qdotv", NC=2, QWG=64),
+    ),
+    "q4g64z_a8": (
+        Problem(3, 40, 200, "f32", "nt", weights="q4g64z", activations="q8"),
+        dict(template="qdotv", NC=1, QWG=64),
+    ),
+    "q8_a8": (
+        Problem(20, 41, 70, "f32", "nt", weights="q8", activations="q8"),
+        dict(template="qdot", BM=32, BN=32, TM=4, TN=4, BK=16, QWG=64),
+    ),
+    "q4g128z_a8": (
+        Problem(18, 36, 300, "f32", "nt", weights="q4g128z", activations="q8"),
+        dict(template="qdot", BM=32, BN=32, TM=4, TN=4, BK=32, QWG=64),
+    ),
+    "qgemm_q4g32z": (
+        Problem(20, 37, 100, "f32", "nt", weights="q4g32z"),
+        dict(template="qgemm", BM=32, BN=32, TM=4, TN=4, BK=16, AV=4, DB=1),
+    ),
+}
+
+
+def quantized_case(name: str, seed: int = 0):
+    """The case's kernel, its A and its weight (autotune.quantize of a random W)."""
+    problem, params = QUANTIZED_CASES[name]
+    bits, group, zero_points = problem.weight_format
+    rng = np.random.default_rng(seed)
+    W = rng.standard_normal((problem.N, problem.K)).astype(np.float32)
+    qw = autotune.quantize(W, bits=bits, group=group, zero_points=zero_points)
+    A = rng.standard_normal((problem.M, problem.K)).astype(np.float32)
+    params = dict(params)
+    template = params.pop("template", "qgemv")
+    base = dict(WG=64, TK=8, U=1) if template in ("qgemv", "qdotv") else {}
+    return Config.make(template, base | params), problem, A, qw
+
+
+def claimed_activations(A: np.ndarray, problem: Problem) -> np.ndarray:
+    """A in float64 as the kernel multiplies it: its int8 codes times their row scales
+    where the kernel quantizes its activations."""
+    if problem.activations != "q8":
+        return A.astype(np.float64)
+    codes, scales = quantize_activations(A)
+    return codes.astype(np.float64) * scales[:, None]
+
+
+def test_quantized_manifest_describes_each_binding(gpu, tmp_path):
+    """B, scales and zeros are u32 words holding the weight files' bytes (sizes the
+    arrays' nbytes rounded to whole words, shapes theirs), at bindings 1, 9 and 10; A is
+    bound as AV says, C as scalars; the format is in the manifest and its text."""
+    for name in QUANTIZED_CASES:
+        config, problem, A, qw = quantized_case(name)
+        paths = autotune.export(Kernel(problem, config, "default", gpu=gpu), tmp_path, name)
+        manifest = json.loads(paths["json"].read_text())
+        buffers = {b["name"]: b for b in manifest["buffers"]}
+        assert manifest["weights"] == qw.format == problem.weights
+        assert manifest["valid_for"][0]["weights"] == qw.format
+        assert qw.format in manifest["computes"] and "docs/QUANTIZED.md" in manifest["computes"]
+        assert manifest["required_language_features"] == ["packed_4x8_integer_dot_product"]
+        arrays = {"B": ("data", qw.data), "scales": ("scales", qw.scales)}
+        if qw.zero_points is not None:
+            arrays["zeros"] = ("zero_points", qw.zero_points)
+        workspaces = ["xq", "xs"] if problem.activations == "q8" else []
+        assert sorted(buffers) == sorted(["A", "C", "dims", *arrays, *workspaces])
+        assert manifest["activations"] == problem.activations
+        assert default_name(Kernel(problem, config, "default", gpu=gpu)).endswith(
+            f"_{problem.weights}" + ("_a8" if workspaces else "")
+        )
+        assert ("A's rows are quantized first" in manifest["computes"]) == bool(workspaces)
+        assert [buffers[n]["binding"] for n in ("B", "scales")] == [1, 9]
+        for binding, (role, array) in arrays.items():
+            entry = buffers[binding]
+            assert entry["type"] == "array<u32>" and entry["vector_width"] == 1
+            assert entry["size_bytes"] == -(-array.nbytes // 4) * 4, binding
+            assert entry["shape"] == list(array.shape)
+            assert entry["element"] == {"uint32": "u32", "float16": "f16"}[array.dtype.name]
+            assert entry["layout"] == qw.files[role]["layout"]
+        assert buffers["B"]["packing"] == "codes"
+        assert buffers["scales"]["packing"] == "f16 pairs"
+        if "zeros" in buffers:
+            assert buffers["zeros"]["binding"] == 10
+            assert buffers["zeros"]["packing"] == "zero-point nibbles"
+        av = config.as_dict().get("AV", 1)  # the int8 families read A as scalars
+        assert buffers["A"]["type"] == ("array<vec4<f32>>" if av == 4 else "array<f32>")
+        assert buffers["A"]["size_bytes"] == A.nbytes
+        assert buffers["C"]["type"] == "array<f32>" and buffers["C"]["vector_width"] == 1
+        named = "{ scales, zeros }" if "zeros" in buffers else "{ scales }"
+        assert f"bufC, bufBias, {named});" in paths["js"].read_text()
+
+
+def test_unquantized_manifest_has_no_weight_fields(gpu, tmp_path):
+    paths = autotune.export(Kernel(*FUSED_CASES["decode_workgroup"], "default", gpu=gpu), tmp_path)
+    manifest = json.loads(paths["json"].read_text())
+    assert "weights" not in manifest and "required_language_features" not in manifest
+    assert not any("packing" in b for b in manifest["buffers"])
+
+
+def test_cli_exports_a_quantized_bundle(gpu, tmp_path, cache_dir):
+    out = tmp_path / "out"
+    argv = ["export", "--shape", "1x64x256", "--layout", "nt", "--weights", "q4g32"]
+    assert main([*argv, "--out", str(out), "--portable", "--trials", "2"]) == 0
+    manifest = json.loads((out / "gemm_1x64x256_f32_nt_b1_q4g32.json").read_text())
+    assert manifest["weights"] == "q4g32"
+    assert main([*argv[:3], "--weights", "q4g32", "--out", str(out)]) == 2  # layout nn
+
+
+@pytest.fixture(scope="module")
+def quantized_results(gpu, tmp_path_factory):
+    """The quantized bundles run once in Chromium on the test's A and weight files:
+    name -> (the runner's result, A, the weight)."""
+    folder = tmp_path_factory.mktemp("quantized")
+    inputs = {}
+    for name in QUANTIZED_CASES:
+        config, problem, A, qw = quantized_case(name)
+        autotune.export(Kernel(problem, config, "default", gpu=gpu), folder, name=name)
+        (folder / f"{name}.A.bin").write_bytes(A.tobytes())
+        qw.save(folder, f"{name}_w")  # NAME_w.data.bin, .scales.bin (.zeros.bin)
+        inputs[name] = (A, qw)
+    results = run_bundles(folder, QUANTIZED_CASES)
+    return {name: (results.get(name), *inputs[name]) for name in QUANTIZED_CASES}
+
+
+@pytest.mark.slow
+def test_quantized_bundles_run_unchanged_in_chromium(quantized_results):
+    """Each bundle, fed the bytes QuantizedWeight.save wrote, computes A @ W'^T (W' the
+    dequantized weight) within f32 summation's bound, and its encode refuses to run
+    without the scales, naming them."""
+    for name, (result, A, qw) in quantized_results.items():
+        assert result is not None, name
+        if "skipped" in result:  # said out loud, never a silent pass
+            assert "packed_4x8_integer_dot_product" in (result.get("refused") or ""), result
+            pytest.skip(f"quantized weights in the browser: {result['skipped']}")
+        assert result["ok"] and result["errors"] == [], f"{name}: {result}"
+        assert "needs the buffer scales (binding 9" in (result["missing"] or ""), result
+        M, N, K = A.shape[0], qw.shape[0], A.shape[1]
+        C = np.frombuffer(base64.b64decode(result["C"]), np.float32)[: M * N].reshape(M, N)
+        W = qw.dequantize().astype(np.float64)
+        A64 = claimed_activations(A, QUANTIZED_CASES[name][0])
+        want = A64 @ W.T
+        bound = (K + 2) * 2.0**-24 * (np.abs(A64) @ np.abs(W).T)
+        assert np.all(np.abs(C - want) <= bound), f"{name}: {np.abs(C - want).max()}"

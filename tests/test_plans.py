@@ -3,12 +3,11 @@
 change in autotune/: verified, tuned, cached, looked up, exported, run in Chromium."""
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-from test_export import RUNNER, decoded_results, run_in_chromium, served  # noqa: F401
+from chromium import run_bundles
 
 import autotune
 from autotune.compile import compile_shader
@@ -68,20 +67,17 @@ def test_a_workspace_too_small_for_its_writes_is_caught(gpu, halves, tmp_path, m
 
 
 @pytest.mark.slow
-def test_tuned_cached_looked_up_and_exported(gpu, halves, tmp_path, served):  # noqa: F811
+def test_tuned_cached_looked_up_and_exported(gpu, halves, tmp_path):
     cache = tmp_path / "cache"
     result = autotune.tune(37, 29, 53, templates=["halves"], trials=3, cache_dir=cache, gpu=gpu)
     assert result.entry is not None and result.entry.config.template == "halves"
     kernel = autotune.lookup(37, 29, 53, cache_dir=cache, gpu=gpu)
     assert kernel.source == "exact" and kernel.config == result.entry.config
-    folder, base = served
-    paths = autotune.export(kernel, folder, name="halves")
+    paths = autotune.export(kernel, tmp_path / "bundles", name="halves")
     manifest = json.loads(paths["json"].read_text())
     assert [p["entry_point"] for p in manifest["passes"]] == ["partial", "reduce"]
     assert [b["name"] for b in manifest["buffers"] if b["role"] == "workspace"] == ["partials"]
-    for file in ("runner.html", "runner.js"):
-        shutil.copy(RUNNER / file, folder / file)
-    results = decoded_results(run_in_chromium(f"{base}/runner.html?bundles=halves"))
+    results = run_bundles(tmp_path / "bundles", ["halves"])
     assert results["halves"]["ok"] and results["halves"]["errors"] == [], results
 
 

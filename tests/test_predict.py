@@ -203,6 +203,22 @@ def test_each_element_type_is_predicted_from_its_own_roof(gpu, tmp_path):
     assert min(c.predicted_s for c in ranked) >= predict.floor_seconds(big, roof)
 
 
+def test_int8_entries_do_not_raise_the_roof_of_float_problems(gpu, tmp_path):
+    """int8 dot products reach rates f32 FMA never does: an unquantized f32 shape's
+    predictions stay at or above the roofline of what unquantized f32 reached."""
+    from autotune.lookup import _ranked
+
+    store = cache.DeviceCache(tmp_path, gpu.fingerprint.as_dict(), versions())
+    f32 = Problem(256, 256, 256)
+    int8 = Problem(256, 256, 256, "f32", "nt", weights="q8", activations="q8")
+    store.put(seed_entry(f32, "blocked", median_s=1e-3))
+    store.put(seed_entry(int8, "qdot", median_s=1e-5))  # 100x the f32 rate
+    big = Problem(1024, 1024, 1024)
+    roof = predict.Roof.of([e for e in store.entries().values() if e.key.problem == f32])
+    ranked = _ranked(big, True, [store], gpu, gpu.limits)
+    assert min(c.predicted_s for c in ranked) >= predict.floor_seconds(big, roof)
+
+
 def test_the_shipped_cache_holds_tuned_entries_only(gpu, monkeypatch):
     """In a checkout the default cache folder is the shipped cache/: a lookup there
     serves its estimate without writing it, and no shipped file holds an estimate."""

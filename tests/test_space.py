@@ -45,7 +45,7 @@ def test_enumeration_is_exactly_the_valid_set(template, problem):
 @pytest.mark.slow
 def test_enumeration_of_a_large_space_is_the_valid_set(problem):
     """blocked has 810,000 raw combinations (over a minute per problem to classify them
-    all), so: every enumerated config is valid, and every valid one among 40,000 drawn at
+    all), so: every enumerated config is valid, and every valid one among 20,000 drawn at
     random is enumerated."""
     space = load_space("blocked")
     enumerated = set(space.configs(problem, WEBGPU_DEFAULT_LIMITS))
@@ -53,10 +53,10 @@ def test_enumeration_of_a_large_space_is_the_valid_set(problem):
     rng = random.Random(0)
     drawn = [
         Config.make("blocked", {name: rng.choice(values) for name, values in space.params.items()})
-        for _ in range(40_000)
+        for _ in range(20_000)
     ]
     valid = [c for c in drawn if space.why_invalid(c, problem, WEBGPU_DEFAULT_LIMITS) is None]
-    assert len(valid) > 20  # the draw reaches the valid set (1,368 configs for 1x17x999)
+    assert len(valid) > 10  # the draw reaches the valid set (1,368 configs for 1x17x999)
     assert all(c in enumerated for c in valid)
 
 

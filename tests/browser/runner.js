@@ -5,85 +5,21 @@
 //   AUTOTUNE_RESULT <base64 json>   one line per bundle ("loaded": false when NAME.js
 //                                   does not parse as an ES module, with the SyntaxError)
 //   AUTOTUNE_DONE                   at the end
+// A bundle with quantized weights (manifest.weights) runs on the test's files instead:
+// NAME.A.bin (A's bytes in the dtype) and the weight as QuantizedWeight.save wrote it,
+// NAME_w.data.bin, NAME_w.scales.bin (NAME_w.zeros.bin); its result carries C's bytes
+// (base64) for the test to compare with A @ dequantize().T.
+// A candidate set (manifest.kind "candidates") runs its selection, on localStorage, and
+// the check of the kernel selected; then the page loads again (?reloaded=1) and runs each
+// set once more, reported as NAME@reload: the stored choice is reused, not re-timed.
+// ?wallclock=name1,... runs those sets on a device without timestamp queries.
 const say = (tag, value) => console.log(`${tag} ${btoa(JSON.stringify(value))}`);
 const report = (result) => say("AUTOTUNE_RESULT", result);
 
-function randomMatrix(count, seed) {
-  // xorshift32: deterministic values in [-1, 1)
-  let state = seed >>> 0 || 1;
-  const values = new Float32Array(count);
-  for (let i = 0; i < count; i++) {
-    state ^= state << 13; state >>>= 0;
-    state ^= state >>> 17;
-    state ^= state << 5; state >>>= 0;
-    values[i] = state / 2147483648 - 1;
-  }
-  return values;
-}
+import { checkGemm, requestDeviceFor, scalarsOf } from "./check.js";
 
-// float32 <-> IEEE half bits (the test data are multiples of 1/256 in [-1, 1]: exact).
-const f32 = new Float32Array(1), u32 = new Uint32Array(f32.buffer);
-function toHalf(value) {
-  f32[0] = value;
-  const x = u32[0], sign = (x >>> 16) & 0x8000, exp = (x >>> 23) & 0xff, man = x & 0x7fffff;
-  if (exp === 0xff) return sign | 0x7c00 | (man ? 0x200 : 0);
-  const e = exp - 127 + 15;
-  if (e >= 0x1f) return sign | 0x7c00;
-  if (e <= 0) {
-    if (e < -10) return sign;
-    const m = (man | 0x800000) >> (1 - e);
-    return sign | ((m + 0x1000) >> 13);
-  }
-  return sign | (e << 10) | ((man + 0x1000) >> 13);
-}
-function fromHalf(h) {
-  const sign = h & 0x8000 ? -1 : 1, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-  if (exp === 0) return sign * man * 2 ** -24;
-  if (exp === 0x1f) return man ? NaN : sign * Infinity;
-  return sign * (1 + man / 1024) * 2 ** (exp - 15);
-}
-
-// Values in memory (Float32Array) and their bytes in the kernel's dtype.
-function upload(values, dtype) {
-  if (dtype === "f32") return values;
-  const half = new Uint16Array(values.length + (values.length % 2));  // whole 4-byte words
-  for (let i = 0; i < values.length; i++) half[i] = toHalf(values[i]);
-  return half;
-}
-const quantize = (values) => values.map((v) => Math.round(v * 256) / 256);
-
-// The manifest's problem in float64: op(A) op(B) per batch item, then the epilogue.
-// Returns the largest (|C - R| - out |R|) / scale, scale = |alpha| sqrt(sum of squared
-// products) + |beta C0| + |bias| (through the activation's slope); NaN is infinite.
-function worstError(C, ops, m, alpha, beta, out) {
-  const { M, N, K } = m.shape;
-  const [ta, tb] = [m.layout[0] === "t", m.layout[1] === "t"];
-  const gelu = (x) => 0.5 * x * (1 + Math.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)));
-  let worst = 0;
-  for (let b = 0; b < m.batch; b++) {
-    const a0 = b * M * K, b0 = m.shared_b ? 0 : b * K * N, c0 = b * M * N;
-    for (let i = 0; i < M; i++) {
-      for (let j = 0; j < N; j++) {
-        let sum = 0, squares = 0;
-        for (let k = 0; k < K; k++) {
-          const a = ops.A[a0 + (ta ? k * M + i : i * K + k)];
-          const product = a * ops.B[b0 + (tb ? j * K + k : k * N + j)];
-          sum += product;
-          squares += product * product;
-        }
-        let want = alpha * sum, scale = Math.abs(alpha) * Math.sqrt(squares);
-        if (ops.C0) { want += beta * ops.C0[c0 + i * N + j]; scale += Math.abs(beta * ops.C0[c0 + i * N + j]); }
-        if (ops.bias) { want += ops.bias[j]; scale += Math.abs(ops.bias[j]); }
-        if (m.epilogue.activation === "relu") want = Math.max(want, 0);
-        if (m.epilogue.activation === "gelu") { want = gelu(want); scale *= 1.13; }
-        const excess = Math.max(Math.abs(C[c0 + i * N + j] - want) - out * Math.abs(want), 0);
-        const error = excess / Math.max(scale, 1e-300);
-        if (!(error <= worst)) worst = Number.isNaN(error) ? Infinity : error;
-      }
-    }
-  }
-  return worst;
-}
+const params = new URLSearchParams(location.search);
+const reloaded = params.has("reloaded");
 
 async function runBundle(name) {
   let bundle;
@@ -93,6 +29,7 @@ async function runBundle(name) {
     return { name, ok: false, loaded: false, errors: [`${name}.js does not load: ${error}`] };
   }
   const { createGemm, manifest } = bundle;
+  if (manifest.kind === "candidates") return await runCandidates(name, createGemm, manifest);
   const adapter = await navigator.gpu.requestAdapter();  // an adapter gives one device
   for (const feature of manifest.required_features) {
     if (!adapter.features.has(feature)) {
@@ -107,6 +44,19 @@ async function runBundle(name) {
                skipped: `this adapter (${adapter.info?.architecture}) lacks ${feature}`, refused };
     }
   }
+  const languageFeatures = navigator.gpu.wgslLanguageFeatures;
+  for (const feature of manifest.required_language_features ?? []) {
+    if (!languageFeatures?.has(feature)) {  // the bundle must refuse, naming it
+      let refused = null;
+      try {
+        await createGemm(await adapter.requestDevice());
+      } catch (error) {
+        refused = String(error);
+      }
+      return { name, loaded: true, skipped: `this browser lacks the WGSL language ` +
+               `feature ${feature}`, refused };
+    }
+  }
   const device = await adapter.requestDevice({
     requiredLimits: manifest.required_limits,
     requiredFeatures: manifest.required_features,
@@ -114,55 +64,94 @@ async function runBundle(name) {
   const uncaptured = [];
   device.addEventListener("uncapturederror", (event) => uncaptured.push(event.error.message));
   device.pushErrorScope("validation");
-  const { M, N, K } = manifest.shape;
-  const dtype = manifest.dtype, size = dtype === "f16" ? 2 : 4;
-  const count = (binding) => binding.shape.reduce((x, y) => x * y, 1);
-  const byName = Object.fromEntries(manifest.buffers.map((b) => [b.name, b]));
-  const ops = {
-    A: quantize(randomMatrix(count(byName.A), 7 + M)),
-    B: quantize(randomMatrix(count(byName.B), 11 + N)),
-  };
-  const epilogue = manifest.epilogue.ops;
-  const alpha = epilogue.includes("alpha") ? 0.75 : 1, beta = epilogue.includes("beta") ? -0.5 : 0;
-  if (epilogue.includes("beta")) ops.C0 = quantize(randomMatrix(count(byName.C), 13));
-  if (byName.bias) ops.bias = quantize(randomMatrix(N, 17));
+  if (manifest.weights) return await runQuantized(name, createGemm, manifest, device, uncaptured);
+  const gemm = await createGemm(device, scalarsOf(manifest));
+  const checked = await checkGemm(device, gemm);
+  const validation = await device.popErrorScope();
+  const errors = uncaptured.concat(validation ? [validation.message] : []);
+  device.destroy();
+  return { name, loaded: true, ...checked, ok: errors.length === 0 && checked.ok, errors,
+           config: manifest.config };
+}
+
+// A candidate set: createGemm's selection on this device, then the selected kernel
+// checked; with what was timed, stored and skipped.
+async function runCandidates(name, createGemm, manifest) {
+  const adapter = await navigator.gpu.requestAdapter();
+  const wallClock = (params.get("wallclock") ?? "").split(",").includes(name);
+  const device = await requestDeviceFor(adapter, manifest.candidates, { timestamps: !wallClock });
+  const uncaptured = [];
+  device.addEventListener("uncapturederror", (event) => uncaptured.push(event.error.message));
+  const gemm = await createGemm(device, { ...scalarsOf(manifest), adapterInfo: adapter.info });
+  device.pushErrorScope("validation");
+  const checked = await checkGemm(device, gemm);
+  const validation = await device.popErrorScope();
+  const errors = uncaptured.concat(validation ? [validation.message] : []);
+  const timestamps = device.features.has("timestamp-query");
+  device.destroy();
+  return { name: reloaded ? `${name}@reload` : name, candidates: true, loaded: true,
+           ...checked, ok: errors.length === 0 && checked.ok, errors, timestamps,
+           selected: gemm.selected, timings: gemm.timings, skipped: gemm.skipped };
+}
+
+// Fetches a file the test wrote, whole, as bytes.
+async function bytesOf(file) {
+  const response = await fetch(`./${file}`);
+  if (!response.ok) throw new Error(`${file}: HTTP ${response.status}`);
+  return new Uint8Array(await response.arrayBuffer());
+}
+
+// A quantized bundle on the test's A and weight files, bound by name as its usage says.
+async function runQuantized(name, createGemm, manifest, device, uncaptured) {
   const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST;
-  const buffer = (values, extra = 0) => {
-    const data = upload(values, dtype);
-    const buf = device.createBuffer({ size: Math.ceil(data.byteLength / 8) * 8, usage: usage | extra });
-    device.queue.writeBuffer(buf, 0, data);
+  const buffer = (data, extra = 0) => {
+    const buf = device.createBuffer({ size: Math.ceil(data.byteLength / 4) * 4, usage: usage | extra });
+    device.queue.writeBuffer(buf, 0, data, 0, data.byteLength & ~3);  // whole words
+    if (data.byteLength % 4) {
+      const tail = new Uint8Array(4);
+      tail.set(data.subarray(data.byteLength & ~3));
+      device.queue.writeBuffer(buf, data.byteLength & ~3, tail);
+    }
     return buf;
   };
-  const cCount = count(byName.C), cBytes = Math.ceil(cCount * size / 8) * 8;
-  const bufA = buffer(ops.A), bufB = buffer(ops.B);
-  // unwritten = wrong: NaN, unless beta reads C (then its addend)
-  const bufC = buffer(ops.C0 || new Float32Array(cCount).fill(NaN), GPUBufferUsage.COPY_SRC);
-  const bufBias = ops.bias ? buffer(ops.bias) : undefined;
-  const gemm = await createGemm(device, { alpha, beta });
+  const byName = Object.fromEntries(manifest.buffers.map((b) => [b.name, b]));
+  const files = { B: "data", scales: "scales", zeros: "zeros" };
+  const named = {};
+  for (const [binding, suffix] of Object.entries(files)) {
+    if (byName[binding]) named[binding] = buffer(await bytesOf(`${name}_w.${suffix}.bin`));
+  }
+  const bufA = buffer(await bytesOf(`${name}.A.bin`));
+  const cBytes = byName.C.size_bytes;
+  const bufC = buffer(new Uint8Array(cBytes).fill(0xff), GPUBufferUsage.COPY_SRC);  // NaN
+  const gemm = await createGemm(device);
+  // a quantized kernel's encode refuses to run without its scales (and zeros), by name
+  let missing = null;
+  try {
+    gemm.encode(device.createCommandEncoder(), bufA, named.B, bufC, undefined, {});
+  } catch (error) {
+    missing = String(error);
+  }
   const readback = device.createBuffer({
     size: cBytes, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
   });
   const encoder = device.createCommandEncoder();
-  gemm.encode(encoder, bufA, bufB, bufC, bufBias);
+  const { B, ...rest } = named;
+  gemm.encode(encoder, bufA, B, bufC, undefined, rest);
   encoder.copyBufferToBuffer(bufC, 0, readback, 0, cBytes);
   device.queue.submit([encoder.finish()]);
   await readback.mapAsync(GPUMapMode.READ);
-  const raw = readback.getMappedRange().slice(0);
-  const C = dtype === "f16" ? Array.from(new Uint16Array(raw, 0, cCount), fromHalf)
-                            : new Float32Array(raw, 0, cCount);
+  const raw = new Uint8Array(readback.getMappedRange().slice(0));
   const validation = await device.popErrorScope();
-  const out = dtype === "f16" ? 2 ** -10 : 0;  // the f16 output's own rounding
-  const worst = worstError(C, ops, manifest, alpha, beta, out);
-  const tolerance = manifest.accumulation === "f16"
-    ? 2 ** -11 * 8 * (Math.sqrt(K) + 2)
-    : 2 ** -24 * (16 * Math.sqrt(K) + 16);
   const errors = uncaptured.concat(validation ? [validation.message] : []);
   device.destroy();
-  return { name, loaded: true, ok: errors.length === 0 && worst <= tolerance, worst, tolerance,
-           errors, config: manifest.config };
+  let binary = "";
+  for (const byte of raw) binary += String.fromCharCode(byte);
+  return { name, loaded: true, ok: errors.length === 0, errors, missing, C: btoa(binary),
+           config: manifest.config };
 }
 
-const names = new URLSearchParams(location.search).get("bundles").split(",");
+const names = params.get("bundles").split(",");
+const sets = [];
 const adapter = await navigator.gpu?.requestAdapter();
 if (!adapter) {
   report({ name: "*", ok: false, errors: ["no WebGPU adapter"] });
@@ -171,10 +160,17 @@ if (!adapter) {
   say("AUTOTUNE_ADAPTER", { vendor, architecture, device, description });
   for (const name of names) {
     try {
-      report(await runBundle(name));
+      const result = await runBundle(name);
+      if (result.candidates) sets.push(name);
+      report(result);
     } catch (error) {  // thrown after the module loaded (runBundle reports load errors)
       report({ name, loaded: true, ok: false, errors: [String(error)] });
     }
   }
 }
-console.log("AUTOTUNE_DONE");
+if (sets.length && !reloaded) {
+  location.search = `?bundles=${sets.join(",")}&wallclock=${params.get("wallclock") ?? ""}` +
+                    "&reloaded=1";
+} else {
+  console.log("AUTOTUNE_DONE");
+}

@@ -1,0 +1,179 @@
+"""int8 dot products: activations quantized per row with power-of-two scales (exact on any
+device), q8 and 4-bit weights, `qdot`'s two passes verified against float64 of what they
+claim, and the arguments that ask for it."""
+
+import random
+
+import numpy as np
+import pytest
+
+import autotune
+from autotune.compile import compile_shader
+from autotune.device import get_gpu
+from autotune.key import Key
+from autotune.problem import Problem, ProblemError
+from autotune.quantize import quantize_activations
+from autotune.render import render
+from autotune.space import load_space
+from autotune.verify import Reference, verify
+
+
+def test_activation_codes_and_scales_by_hand():
+    x = np.array([[1.0, -0.5, 0.25, 0.0], [0.0, 0.0, 0.0, 0.0], [127.0, 1.0, -3.0, 0.5]])
+    codes, scales = quantize_activations(x)
+    # amax 1 = 0.5 * 2^1: scale 2^-6, codes x * 64; zeros: codes 0; amax 127 = 0.99 * 2^7:
+    # scale 1, codes rint(x) (0.5 to even: 0)
+    assert scales.tolist() == [2.0**-6, 2.0**-7, 1.0]
+    assert codes.tolist() == [[64, -32, 16, 0], [0, 0, 0, 0], [127, 1, -3, 0]]
+    assert codes.dtype == np.int8 and scales.dtype == np.float32
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_activation_codes_are_within_half_a_step(seed):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((7, 300)) * 10.0 ** rng.integers(-20, 20, (7, 1))).astype(np.float32)
+    codes, scales = quantize_activations(x)
+    step = scales[:, None].astype(np.float64)
+    error = np.abs(x - codes * step)
+    # half a step, but a value above 127.5 steps is clamped to 127: one step at most
+    assert np.all(error <= step * np.where(np.abs(x) > 127.5 * step, 1.0, 0.5))
+    assert np.all(np.abs(codes) <= 127)
+    amax = np.max(np.abs(x), axis=1)
+    assert np.all((amax / scales >= 64) & (amax / scales < 128))  # the int8 range used
+
+
+def test_activations_q8_is_part_of_the_problem_and_the_key():
+    problem = Problem(3, 64, 256, "f32", "nt", weights="q8", activations="q8")
+    assert problem.dtype_text == "f32.q8.a8" and not problem.plain
+    config = load_space("qdot").seed_configs(problem)[0]
+    key = Key.of(problem, config, checks=False)
+    assert ".q8.a8:" in str(key) and Key.parse(str(key)) == key
+    assert Problem(3, 64, 256, weights="q4g32z", layout="nt", activations="q8").dtype_text == (
+        "f32.q4g32z.a8"
+    )
+    for bad, field in (
+        (dict(weights="none", activations="q8"), "activations"),
+        (dict(weights="q8", activations="q4"), "activations"),
+        (dict(weights="q8", activations=None), "activations"),
+    ):
+        with pytest.raises(ProblemError) as error:
+            Problem(3, 64, 256, "f32", "nt", **bad)
+        assert error.value.field == field
+
+
+def test_only_qdot_computes_quantized_activations():
+    gpu = get_gpu()
+    ours = Problem(3, 64, 256, "f32", "nt", weights="q8", activations="q8")
+    weights_only = Problem(3, 64, 256, "f32", "nt", weights="q8")
+    for template in ("blockedx", "gemv", "splitk", "qgemv"):
+        assert load_space(template).first_config(ours, gpu.limits) is None
+    assert load_space("qdot").first_config(weights_only, gpu.limits) is None
+    assert load_space("qdot").first_config(ours, gpu.limits) is not None
+
+
+SHAPES = [  # M, N, K, weights, dtype, epilogue, batch: edges everywhere, K past a word
+    (1, 64, 256, "q8", "f32", "none", 1),
+    (37, 70, 202, "q8", "f32", "bias,gelu", 1),
+    (5, 33, 102, "q8", "f32", "alpha,beta", 2),
+    (20, 40, 96, "q8", "f16", "relu", 1),
+    (37, 70, 200, "q4g32z", "f32", "bias,gelu", 1),
+    (5, 33, 130, "q4g64z", "f32", "alpha,beta", 2),
+    (64, 72, 300, "q4g128", "f32", "none", 1),
+    (20, 40, 96, "q4g32", "f16", "relu", 1),
+]
+
+
+DECODE_SHAPES = [  # qdotv's: M <= 16
+    (1, 64, 4096, "q8", "f32", "none", 2),
+    (3, 50, 100, "q8", "f32", "bias", 1),
+    (7, 70, 200, "q4g32z", "f32", "bias,gelu", 1),
+    (16, 72, 300, "q4g128", "f32", "alpha,beta", 1),
+    (9, 40, 96, "q4g32", "f16", "relu", 1),
+]
+
+
+@pytest.mark.parametrize(
+    "template, shape",
+    [("qdot", s) for s in SHAPES] + [("qdotv", s) for s in DECODE_SHAPES],
+    ids=lambda s: "-".join(map(str, s[:6])) if isinstance(s, tuple) else s,
+)
+def test_int8_configs_verify(template, shape):
+    M, N, K, weights, dtype, epilogue, batch = shape
+    gpu = get_gpu()
+    if dtype == "f16" and "shader-f16" not in gpu.features:
+        pytest.skip("the adapter lacks shader-f16")
+    problem = Problem(M, N, K, dtype, "nt", batch, batch > 1, epilogue, weights=weights,
+                      activations="q8")  # fmt: skip
+    space = load_space(template)
+    configs = space.configs(problem, gpu.limits)
+    picked = space.seed_configs(problem, gpu.limits) + random.Random(K).sample(configs, 2)
+    reference = Reference(problem, seed=1)
+    for config in picked:
+        compiled = compile_shader(render(config, problem), gpu, checks=True)
+        verdict = verify(compiled, gpu, reference=reference)
+        assert verdict.ok, f"{config}: {verdict.reason}"
+
+
+def _faulty(source: str, old: str, new: str) -> str:
+    assert source.count(old) == 1, old
+    return source.replace(old, new)
+
+
+@pytest.mark.parametrize(
+    "template, weights, old, new",
+    [
+        ("qdotv", "q4g32", "- z * xsum", "- 0 * xsum"),  # the zero point's share kept
+        ("qdotv", "q4g32", "(xe{{ j }}_{{ m }}, lo)", "(xo{{ j }}_{{ m }}, lo)"),  # x' order
+        # every batch item with item 0's scales
+        ("qdotv", "q8", "f32(sum) * xs[z * M + i]", "f32(sum) * xs[i]"),
+        ("qdotv", "q8", "f32(sum) * xs[z * M + i]", "f32(sum) * xs[z * M]"),  # row 0's
+    ] + [("qdot", *case) for case in [
+        ("q8", "let e = frexp(", "let e = 1 + frexp("),  # the activations' scale off by 2
+        ("q8", "put(z, row0", "put(0u, row0"),  # every batch item reads item 0's scales
+        ("q8", "* scale_at(n)", "* scale_at(0u)"),  # the weight's first row scale everywhere
+        ("q8", "-127.0, 127.0", "-127.0, 126.0"),  # a clamp one code short
+        ("q4g32z", "u + g);", "u + 0u);"),  # every group with the first group's scale
+        ("q4g32z", "let zero = i32(", "let zero = 8i + 0 * i32("),  # zero points ignored
+        ("q4g32", "lo.x, hi.x, lo.y, hi.y", "lo.x, lo.x, lo.y, hi.y"),  # a nibble dropped
+    ]],
+    ids=["v-zero-point", "v-order", "v-batch-scale", "v-row-scale", "activation-scale",
+         "batch-scale", "weight-scale", "clamp", "group-scale", "zero-points", "nibble"],
+)  # fmt: skip
+def test_verification_refuses_a_wrong_int8_kernel(
+    tmp_path, monkeypatch, template, weights, old, new
+):
+    from autotune.data import data_path
+
+    folder = data_path("templates")
+    include = '{% include "_quantize_activations.wgsl.j2" %}'  # inlined: its text is edited too
+    text = (folder / f"{template}.wgsl.j2").read_text()
+    text = text.replace(include, (folder / "_quantize_activations.wgsl.j2").read_text())
+    (tmp_path / "qdotbad.wgsl.j2").write_text(_faulty(text, old, new))
+    space = (data_path("search_spaces") / f"{template}.toml").read_text()
+    (tmp_path / "qdotbad.toml").write_text(space)
+    monkeypatch.setenv("AUTOTUNE_TEMPLATE_PATH", str(tmp_path))
+    gpu = get_gpu()
+    # the amax of each row is 127.x steps only with outliers: a clamp of 126 shows there
+    problem = Problem(4, 40, 256, "f32", "nt", 2, True, weights=weights, activations="q8")
+    reference = Reference(problem, seed=3)
+    config = load_space("qdotbad").seed_configs(problem, gpu.limits)[-1]
+    compiled = compile_shader(render(config, problem), gpu, checks=True)
+    assert not verify(compiled, gpu, reference=reference).ok
+
+
+def test_matmul_with_int8_activations_matches_numpy():
+    rng = np.random.default_rng(0)
+    W = rng.standard_normal((96, 200)).astype(np.float32)
+    x = rng.standard_normal((40, 200)).astype(np.float32)
+    qw = autotune.quantize(W, bits=8)
+    got = autotune.matmul(x, qw, activations="q8", checks=False, estimate=False)
+    codes, scales = quantize_activations(x)
+    claimed = (codes * scales[:, None].astype(np.float64)) @ qw.dequantize().T.astype(np.float64)
+    assert np.allclose(got, claimed, rtol=1e-5, atol=1e-5 * np.abs(claimed).max())
+    q4 = autotune.quantize(W, bits=4, group=32, zero_points=True)
+    got = autotune.matmul(x, q4, activations="q8", checks=False, estimate=False)
+    claimed = (codes * scales[:, None].astype(np.float64)) @ q4.dequantize().T.astype(np.float64)
+    assert np.allclose(got, claimed, rtol=1e-5, atol=1e-5 * np.abs(claimed).max())
+    with pytest.raises(ProblemError) as error:
+        autotune.matmul(x, W, trans_b=True, activations="q8")
+    assert error.value.field == "activations"
