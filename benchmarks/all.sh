@@ -10,26 +10,7 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-py="${PYTHON:-python}"
-rounds=3
-if [[ "${1:-}" == "--quick" ]]; then
-    export AUTOTUNE_BENCH_QUICK=1
-    rounds=1
-    shift
-fi
-if [[ $# -ne 1 ]]; then
-    echo "usage: benchmarks/all.sh [--quick] OUT_DIR" >&2
-    exit 2
-fi
-out="$1"
-mkdir -p "$out"
-# lookup keeps what it estimates at a shape without an entry in $AUTOTUNE_CACHE (in a
-# checkout: cache/, the shipped file): a folder of this run's own, unless one is given,
-# so that every run starts from the shipped entries alone.
-if [[ -z "${AUTOTUNE_CACHE:-}" ]]; then
-    AUTOTUNE_CACHE="$(mktemp -d)"
-    export AUTOTUNE_CACHE
-fi
+source "$here/_args.sh" "$@"
 
 times=()  # "folder seconds" of each table, printed before the summary
 bench() {

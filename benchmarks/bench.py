@@ -3,6 +3,7 @@
     python benchmarks/bench.py --out DIR                         # the f32 suite
     python benchmarks/bench.py --shape 4096x4096x4096            # one shape
     python benchmarks/bench.py --set decode --dtype f16 --checks off --out DIR
+    python benchmarks/bench.py --set decode --weights q4g128 --checks off --out DIR
     AUTOTUNE_CACHE=/tmp/fresh python benchmarks/bench.py --tune 30 --out DIR  # from scratch
     python benchmarks/bench.py --join DIR1 DIR2 --out DIR        # one table from two runs
 
@@ -38,11 +39,12 @@ import json
 import math
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent))  # this checkout's autotune
 
-from shapes import SETS, SUITE, set_problems  # noqa: E402
+from shapes import SETS, SUITE, quick, set_problems, shrunk  # noqa: E402
 from timing import (  # noqa: E402
     BOUNDS,
     CHECKS_CHOICES,
@@ -231,10 +233,15 @@ def _rows(args, parser) -> list:
         rows += [(name, problem) for problem in set_problems(name, args.dtype)]
     try:
         shapes = args.shape or ([] if args.set else SUITE)
-        rows += [("shape", parse_shape(s, args.dtype, layout=args.layout)) for s in shapes]
+        given = [parse_shape(s, args.dtype, layout=args.layout) for s in shapes]
+        rows += [("shape", shrunk(p) if quick() else p) for p in given]  # quick: tiny
     except ValueError as error:
         parser.error(f"argument --shape: {error}")
-    return rows
+    try:
+        quantized = dict(weights=args.weights, activations=args.activations)
+        return [(name, replace(problem, **quantized)) for name, problem in rows]
+    except ValueError as error:
+        parser.error(f"argument --weights: {error}")
 
 
 def main(argv=None) -> int:
@@ -243,6 +250,15 @@ def main(argv=None) -> int:
     parser.add_argument("--set", action="append", choices=SETS, help="a named shape set")
     parser.add_argument("--layout", choices=LAYOUTS, default="nn", help="of the --shape rows")
     parser.add_argument("--dtype", choices=("f32", "f16"), default="f32", help="of every row")
+    parser.add_argument(
+        "--weights",
+        default="none",
+        help="every row's B quantized (q8, q4g128...; rows of layout nt): cuBLAS runs the "
+        "unquantized f32 weight",
+    )
+    parser.add_argument(
+        "--activations", default="none", choices=("none", "q8"), help="with --weights"
+    )
     parser.add_argument(
         "--checks", choices=sorted(CHECKS_CHOICES), default="both", help="wgpu's runtime checks"
     )

@@ -17,7 +17,10 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent.parent))  # this checkout's autotune
 
@@ -49,9 +52,16 @@ MEASURE = dict(min_pass_s=0.02, passes=10, budget_s=4.0)
 QUICK_MEASURE = dict(min_pass_s=0.002, passes=3, budget_s=0.2, warmup_s=0.0, max_warmup_s=0.01)
 
 
+def cublas_problem(problem: Problem) -> Problem:
+    """What cuBLAS runs for `problem`: its sizes, layout and batch in f32, with the
+    weight unquantized (N x K f32, as a quantized weight's layer had it)."""
+    return replace(problem, dtype="f32", accumulate="auto", weights="none", activations="none")
+
+
 def cublas_seconds(problem: Problem, passes: int = 10, min_pass_s: float = 0.02) -> float:
     """Median seconds per cuBLAS SGEMM (f32, TF32 off) of `problem`'s sizes, layout and
     batch, from a CUDA graph (the module doc). The epilogue is not part of it."""
+    problem = cublas_problem(problem)
     import torch
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -145,12 +155,17 @@ def wgsl_timing(verified_kernel, gpu, reference: Reference) -> dict:
 
 
 def min_bytes(problem: Problem) -> int:
-    """The bytes a GEMM must move at least: A, B and C once each, in its dtype."""
-    return problem.itemsize * sum(math.prod(s) for s in problem.matrix_shapes().values())
+    """The bytes a GEMM must move at least: each of its arrays once (A, B, C, and the
+    bias, a quantized weight's scales and zero points), in its element type."""
+    types = problem.operand_dtypes()
+    return sum(
+        math.prod(shape) * np.dtype(types[name]).itemsize
+        for name, shape in problem.matrix_shapes().items()
+    )
 
 
 def cublas_bytes(problem: Problem) -> int:
-    return 4 * min_bytes(problem) // problem.itemsize  # cuBLAS runs f32
+    return min_bytes(cublas_problem(problem))
 
 
 def try_cublas(problem: Problem) -> float:
