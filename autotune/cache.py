@@ -408,8 +408,12 @@ def locked(path: Path, field: str, error=CacheError):
 
 
 def is_current(entry: Entry) -> bool:
-    """True while the entry's config still renders the kernel it was measured as."""
-    return entry.key.kernel == kernel_id(entry.config, entry.key.problem)
+    """True while the entry's config still renders the kernel it was measured as (False
+    for a config its space no longer holds, e.g. one of a space that gained a parameter)."""
+    try:
+        return entry.key.kernel == kernel_id(entry.config, entry.key.problem)
+    except ValueError:
+        return False
 
 
 def _slot(text_key: str) -> tuple[str, ...] | None:

@@ -293,8 +293,8 @@ def test_the_browser_check_catches_broken_bundles(gpu, tmp_path):
 QUANTIZED_CASES = {  # dequantized in registers (qgemv, qgemm), int8 activations (qdot, qdotv)
     "q4g32z": (Problem(3, 37, 100, "f32", "nt", weights="q4g32z"), dict(NC=1, AV=4)),
     "q8": (Problem(2, 41, 70, "f32", "nt", weights="q8"), dict(NC=2, AV=1)),
-    "q4g64": (Problem(1, 24, 128, "f32", "nt", weights="q4g64"), dict(NC=1, AV=4)),
-    "q4g128": (Problem(2, 29, 256, "f32", "nt", weights="q4g128"), dict(NC=1, AV=4, U=2)),
+    "q4g64": (Problem(1, 24, 128, "f32", "nt", weights="q4g64"), dict(NC=1, AV=4, BW=4)),
+    "q4g128": (Problem(2, 29, 256, "f32", "nt", weights="q4g128"), dict(NC=1, AV=4, U=2, BW=4)),
     "q4g32": (Problem(4, 33, 70, "f32", "nt", weights="q4g32"), dict(NC=2, AV=1)),
     "q4g32_a8": (
         Problem(2, 37, 100, "f32", "nt", weights="q4g32", activations="q8"),
@@ -330,6 +330,7 @@ def quantized_case(name: str, seed: int = 0):
     params = dict(params)
     template = params.pop("template", "qgemv")
     base = dict(WG=64, TK=8, U=1) if template in ("qgemv", "qdotv") else {}
+    base |= dict(BW=1) if template == "qgemv" else {}  # 4-byte loads unless the case says
     return Config.make(template, base | params), problem, A, qw
 
 

@@ -67,7 +67,8 @@ KEYED = [
 
 @pytest.mark.parametrize("problem", KEYED, ids=str)
 def test_a_quantized_key_round_trips(problem):
-    key = Key.of(problem, Config.make("qgemv", {"WG": 64, "TK": 8, "NC": 1, "U": 1, "AV": 4}), True)
+    params = {"WG": 64, "TK": 8, "NC": 1, "U": 1, "AV": 4, "BW": 1}
+    key = Key.of(problem, Config.make("qgemv", params), True)
     text = str(key)
     assert f":{problem.dtype_text}:" in text and f".{problem.weights}:" in text
     assert Key.parse(text) == key and Key.parse(text).problem.weights == problem.weights
@@ -120,10 +121,29 @@ FAULTS = {
         '"x * scale_at((n + 1u) % N)"',
     ),
 }
-FAULT_PROBLEM = {
-    name: Problem(3, 37, 200, "f32", "nt", weights="q8" if name.startswith("q8") else "q4g32z")
-    for name in FAULTS
+# The same faults in the 16-byte loads (BW = 4), and the words of a load out of order.
+WIDE_FAULTS = {
+    "wide_drops_high_nibbles": (
+        "let hi{{ i }} = codes((q{{ j }}_{{ c }}[{{ i }}] >> 4u) & 0x0F0F0F0Fu) - z;",
+        "let hi{{ i }} = vec4<f32>(0.0);",
+    ),
+    "wide_words_reversed": (
+        "let lo{{ i }} = codes(q{{ j }}_{{ c }}[{{ i }}] & 0x0F0F0F0Fu) - z;",
+        "let lo{{ i }} = codes(q{{ j }}_{{ c }}[{{ BW - 1 - i }}] & 0x0F0F0F0Fu) - z;",
+    ),
+    "wide_q8_unsigned_codes": (
+        "let w{{ i }} = codes(q{{ j }}_{{ c }}[{{ i }}] ^ 0x80808080u) - (MAGIC + 128.0);",
+        "let w{{ i }} = codes(q{{ j }}_{{ c }}[{{ i }}]) - (MAGIC + 128.0);",
+    ),
 }
+FAULTS |= WIDE_FAULTS
+FAULT_PROBLEM = {
+    name: Problem(
+        3, 37, 205 if name in WIDE_FAULTS else 200, "f32", "nt",  # 205: whole loads, padded
+        weights="q8" if "q8" in name else "q4g32z",
+    )
+    for name in FAULTS
+}  # fmt: skip
 
 
 @pytest.fixture
@@ -137,7 +157,8 @@ def faulty_decoders(tmp_path, monkeypatch):
     return list(FAULTS)
 
 
-PARAMS = {"WG": 64, "TK": 8, "NC": 2, "U": 1, "AV": 4}
+PARAMS = {"WG": 64, "TK": 8, "NC": 2, "U": 1, "AV": 4, "BW": 1}
+WIDE_PARAMS = PARAMS | {"BW": 4, "AV": 1}  # A as scalars: K = 205
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))
@@ -147,9 +168,10 @@ def test_verification_refuses_a_faulty_decoder(gpu, faulty_decoders, fault):
     from autotune.verify import verify
 
     problem = FAULT_PROBLEM[fault]
-    right = compile_shader(render(Config.make("qgemv", PARAMS), problem), gpu)
+    params = WIDE_PARAMS if fault in WIDE_FAULTS else PARAMS
+    right = compile_shader(render(Config.make("qgemv", params), problem), gpu)
     assert verify(right, gpu, seed=1).ok
-    wrong = compile_shader(render(Config.make(fault, PARAMS), problem), gpu)
+    wrong = compile_shader(render(Config.make(fault, params), problem), gpu)
     verdict = verify(wrong, gpu, seed=1)
     assert not verdict.ok and "relative error" in verdict.reason, verdict.reason
 
