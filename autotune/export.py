@@ -3,8 +3,9 @@
 The manifest (NAME.json) is all a consumer needs: entry point, workgroup size, bindings,
 the uniform layout, dispatch size, required features and limits beyond WebGPU's defaults,
 the shape it is for, and where it came from. With quantized weights (`weights`), B,
-`scales` and `zeros` are `array<u32>` holding exactly the bytes of docs/QUANTIZED.md's
-files (QuantizedWeight.save's WEIGHT.data.bin, WEIGHT.scales.bin, WEIGHT.zeros.bin):
+`scales` and `zeros` are `array<u32>` (B also `array<vec4<u32>>`, four words an element)
+holding exactly the bytes of docs/QUANTIZED.md's files (QuantizedWeight.save's
+WEIGHT.data.bin, WEIGHT.scales.bin, WEIGHT.zeros.bin):
 `packing` says how ("codes"; "f16 pairs", scale e in the low half of word e / 2 when e is
 even, else the high half; "zero-point nibbles"), `shape` and `element` are the saved
 array's, `layout` the weight manifest's line; the WGSL language features the kernel uses

@@ -369,7 +369,10 @@ def test_quantized_manifest_describes_each_binding(gpu, tmp_path):
         assert [buffers[n]["binding"] for n in ("B", "scales")] == [1, 9]
         for binding, (role, array) in arrays.items():
             entry = buffers[binding]
-            assert entry["type"] == "array<u32>" and entry["vector_width"] == 1
+            # qgemv's 16-byte loads bind the codes as vec4<u32>: the same bytes
+            width = config.as_dict().get("BW", 1) if binding == "B" else 1
+            words = "u32" if width == 1 else f"vec{width}<u32>"
+            assert entry["type"] == f"array<{words}>" and entry["vector_width"] == width
             assert entry["size_bytes"] == -(-array.nbytes // 4) * 4, binding
             assert entry["shape"] == list(array.shape)
             assert entry["element"] == {"uint32": "u32", "float16": "f16"}[array.dtype.name]
