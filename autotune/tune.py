@@ -294,6 +294,7 @@ def _evaluator(problem: Problem, o: TuneOptions, gpu: Gpu, stack) -> Evaluator:
             gpu.fingerprint.as_dict(),
             candidate_timeout=o.candidate_timeout,
             features=tuple(sorted(gpu.kernel_features)),
+            index=gpu.index,
         )
     )
     worker.prepare(problem, reference_seed(o.seed), o.checks)
