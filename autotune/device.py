@@ -353,6 +353,15 @@ class Gpu:
         return native.GPUShaderModule(label, handle, self.device)
 
 
+def adapter_index(gpu: Gpu, adapters: list[wgpu.GPUAdapter]) -> int | None:
+    """`gpu`'s adapter's index in `adapters` (list_adapters()): its own where known,
+    else the first with its fingerprint (the one a worker opens by fingerprint alone)."""
+    if gpu.index is not None:
+        return gpu.index
+    same = (i for i, adapter in enumerate(adapters) if Fingerprint.of(adapter) == gpu.fingerprint)
+    return next(same, None)
+
+
 @functools.cache
 def _gpu_for(choice: AdapterChoice, field: str) -> Gpu:
     adapter, index = choose_adapter(choice, field)
