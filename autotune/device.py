@@ -365,7 +365,16 @@ def adapter_index(gpu: Gpu, adapters: list[wgpu.GPUAdapter]) -> int | None:
 @functools.cache
 def _gpu_for(choice: AdapterChoice, field: str) -> Gpu:
     adapter, index = choose_adapter(choice, field)
-    return Gpu(adapter, index=index)
+    return Gpu(adapter) if index is None else _gpu_of_index(index, adapter)
+
+
+_INDEXED: dict[int, Gpu] = {}  # one Gpu per adapter, however it was named
+
+
+def _gpu_of_index(index: int, adapter: wgpu.GPUAdapter) -> Gpu:
+    if index not in _INDEXED:
+        _INDEXED[index] = Gpu(adapter, index=index)
+    return _INDEXED[index]
 
 
 def get_gpu() -> Gpu:
