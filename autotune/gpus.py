@@ -35,7 +35,15 @@ from dataclasses import fields
 from typing import Protocol
 
 from .arguments import ArgumentError, is_integer, shown
-from .device import Fingerprint, Gpu, adapter_index, adapters_text, list_adapters, one_line
+from .device import (
+    Fingerprint,
+    Gpu,
+    adapter_index,
+    adapters_text,
+    get_gpu,
+    list_adapters,
+    one_line,
+)
 from .problem import Problem
 from .search import Lane, Search
 from .worker import Worker, WorkerError
@@ -48,32 +56,35 @@ WAIT_S = 0.25  # an idle GPU looks again this often (a study's time runs out una
 
 
 def choose(
-    value: object, gpu: Gpu, repeat: bool = False, error=ArgumentError
+    value: object, gpu: Gpu | None = None, repeat: bool = False, error=ArgumentError
 ) -> tuple[int, ...] | None:
     """The adapter indices (in device.list_adapters()) that `value` names: "all" (every
     adapter of the tuner's backend), a count N (the tuner's adapter and the next ones of
     its backend), or indices (a list, or text such as "0,2,5"); None for one GPU, the
-    tuner's own (a tune as ever). `error(field, message)` refuses a bad value, GPUs
+    tuner's own (a tune as ever). `gpu`: the tuner's (None: get_gpu()'s, opened only
+    once `value` is known to be good). `error(field, message)` refuses a bad value, GPUs
     unlike the tuner's, and (unless `repeat`) an index given twice."""
     if value is None:
         return None
+    parsed = _parsed(value, error)
+    if isinstance(parsed, tuple) and not repeat and len(set(parsed)) < len(parsed):
+        raise error(
+            "gpus",
+            f"gpus {shown(value)} names an adapter twice: that would time two candidates "
+            f"on one GPU at once",
+        )
     adapters = list_adapters()
-    indices = _indices(_parsed(value, error), value, gpu, adapters, error)
-    if indices is None:
-        return None
-    for index in indices:
+    for index in parsed if isinstance(parsed, tuple) else ():
         if not 0 <= index < len(adapters):
             raise error(
                 "gpus",
                 f"gpus {shown(value)}: there is no adapter {index}; adapters: "
                 f"{adapters_text(adapters)}",
             )
-    if not repeat and len(set(indices)) < len(indices):
-        raise error(
-            "gpus",
-            f"gpus {shown(value)} names an adapter twice: that would time two candidates "
-            f"on one GPU at once",
-        )
+    gpu = gpu or get_gpu()
+    indices = _indices(parsed, value, gpu, adapters, error)
+    if indices is None:
+        return None
     named = [(str(i), one_line(adapters[i].summary), Fingerprint.of(adapters[i])) for i in indices]
     refuse_mixed(named, gpu.fingerprint, value, error)
     return indices
@@ -254,9 +265,10 @@ class Pool:
     def _fail(self, error: BaseException) -> None:
         with self.changed:
             self.failure = self.failure or error
-            for run in self.runs:
-                if run.session is not None and hasattr(run.session, "search"):
-                    run.session.search.stop()
+            for run in self.runs:  # (a session being begun may have no search yet)
+                search = getattr(run.session, "search", None)
+                if search is not None:
+                    search.stop()
             self.changed.notify_all()
 
     def _kill_workers(self) -> None:

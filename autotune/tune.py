@@ -104,7 +104,7 @@ class TuneOptions:
         repeat = check_flag("repeat_gpus", o.repeat_gpus, TuneError)
         chosen = None
         if o.gpus is not None:
-            chosen = gpus.choose(o.gpus, gpu or get_gpu(), repeat, TuneError)
+            chosen = gpus.choose(o.gpus, gpu, repeat, TuneError)
         if chosen and o.evaluator is not None:
             raise TuneError("gpus", "gpus starts a worker on each GPU: not with an evaluator")
         return cls(
@@ -353,6 +353,7 @@ def _tune_on_gpus(problems, options: TuneOptions, on_start) -> list[TuneResult]:
     with contextlib.ExitStack() as stack:
         lanes: list[Lane] = gpus.lanes(options.gpus, gpu, options.candidate_timeout, stack)
         pool = gpus.Pool(lanes)
+        on_start = _serialized(on_start, one_at_a_time)
         return pool.tune(problems, lambda problem: _Tuning(problem, options), on_start)
 
 
