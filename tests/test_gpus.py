@@ -284,3 +284,35 @@ def test_the_tune_fails_only_when_every_gpu_is_lost(gpu, cache_dir, breakable, c
         )  # fmt: skip
     assert capfd.readouterr().err.count(" is out: ") == 2
     assert workers_of_this_process() == []
+
+
+def test_a_gpu_is_out_after_lost_devices_in_a_row():
+    from autotune.evaluate import Outcome
+    from autotune.search import LOST_AFTER, Lane
+    from autotune.space import Config
+
+    lane, config = Lane(evaluator=None, label="3"), Config.make("tiled", {})
+    for reason in ["device-lost", "crashed", "wrong"] + ["device-lost"] * (LOST_AFTER - 1):
+        lane.note(Outcome(config, reason=reason))  # (a candidate's own fault resets it)
+    assert lane.out is None
+    lane.note(Outcome(config, reason="crashed"))
+    assert lane.out.startswith(f"{LOST_AFTER} candidates in a row lost the device")
+
+
+@pytest.mark.slow
+def test_gpus_losing_their_device_leave_and_a_bad_problem_fails_the_tune(
+    gpu, cache_dir, monkeypatch, capfd
+):
+    """Every candidate destroys its worker's device (as a driver reset would): each GPU
+    leaves after search.LOST_AFTER in a row. A problem refused in one GPU's thread fails
+    the whole tune with its own error."""
+    faults.plant(monkeypatch)
+    monkeypatch.setenv(faults.ENV, json.dumps({"evaluate": "lose-device"}))
+    with pytest.raises(WorkerError, match="every GPU is out .*3 candidates in a row lost"):
+        autotune.tune(*(PROBLEM.M, PROBLEM.N, PROBLEM.K), trials=12, cache_dir=cache_dir, **TWO)
+    assert capfd.readouterr().err.count(" is out: 3 candidates in a row") == 2
+    monkeypatch.setenv(faults.ENV, "{}")
+    too_big = Problem(1, 2**16, 2**16)  # B alone is 16 GiB
+    with pytest.raises(autotune.ProblemError, match="max"):
+        autotune.tune_many([PROBLEM, too_big], trials=2, cache_dir=cache_dir, **TWO)
+    assert workers_of_this_process() == []
