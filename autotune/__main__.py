@@ -4,10 +4,12 @@
     python -m autotune tune --shape 512x1024x1024 --dtype f16 --layout nt --batch 8 \
         --epilogue bias,gelu --trials 30
     python -m autotune tune --model layer.toml --timeout 30
+    python -m autotune tune --shape 4096x4096x4096 --trials 200 --gpus all
     python -m autotune lookup --shape 256x256x256 --json
     python -m autotune export --shape 256x256x256 --out kernels/ [--portable]
     python -m autotune export --shape 1x4096x4096 --layout nt --out kernels/ --candidates 4
     python -m autotune devices
+    python -m autotune lookup --shape 256x256x256 --adapter nvidia:1
     python -m autotune demo
     python -m autotune cache merge A.json B.json --out merged.json
     python -m autotune quantize W.npy --bits 4 --group 128 --out weights/ [--zero-points]
@@ -178,6 +180,16 @@ def _shape_options(command, many: bool, required: bool = True) -> None:
     )
 
 
+def _adapter_option(command) -> None:
+    command.add_argument(
+        "--adapter",
+        metavar="CHOICE",
+        help="the adapter: an index (1), a word of its name or backend (nvidia) or "
+        "word:index (nvidia:1, the second matching); `devices` lists them (default: "
+        f"${device_module.ADAPTER_ENV}, else wgpu's high-performance choice)",
+    )
+
+
 def _tune_parser(commands) -> None:
     """tune: the problems, the budget and how to search."""
     tune = commands.add_parser("tune", help="search, verify and time kernels; cache the best")
@@ -226,6 +238,14 @@ def _tune_parser(commands) -> None:
         help="Optuna storage, e.g. sqlite:///study.db: resumable, shareable",
     )
     tune.add_argument("--seed", type=int, default=None, help="sampler seed")
+    tune.add_argument(
+        "--gpus",
+        metavar="all|N|I,J,...",
+        help="GPUs measuring together, each with its worker, on one study per shape "
+        "(shapes are spread over them too): all (every adapter of the --adapter's "
+        "backend), a count, or adapter indices (0,2,5); identical GPUs only (default 1)",
+    )
+    _adapter_option(tune)
 
 
 def _lookup_and_export_parsers(commands) -> None:
@@ -240,6 +260,7 @@ def _lookup_and_export_parsers(commands) -> None:
         help="for a shape not in the cache, serve the best ranked config without timing "
         "the best few here (about 2 s) and caching the fastest as estimated",
     )
+    _adapter_option(lookup)
 
     export = commands.add_parser(
         "export", help="write NAME.wgsl, NAME.json (manifest) and NAME.js for each shape"
@@ -271,15 +292,20 @@ def _lookup_and_export_parsers(commands) -> None:
         help="with --candidates: cache files or folders of other machines to take "
         "candidates from (the cache and the shipped one are always read)",
     )
+    _adapter_option(export)
 
 
 def _other_parsers(commands) -> None:
     """devices, demo and cache merge."""
-    commands.add_parser("devices", help="adapters: backend, features, limits, fingerprint")
+    devices = commands.add_parser(
+        "devices", help="adapters by index: backend, features, limits, fingerprint"
+    )
+    _adapter_option(devices)
     demo = commands.add_parser(
         "demo", help="render, verify and time each template's default kernel for one shape"
     )
     demo.add_argument("--shape", default="256x256x256", metavar="MxNxK", action=_Once)
+    _adapter_option(demo)
 
     cache_command = commands.add_parser("cache", help="work on cache files")
     cache_actions = cache_command.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -374,9 +400,9 @@ def main(argv: list[str] | None = None) -> int:
         print(_one_line(f"autotune: error: {error}"), file=sys.stderr)
         return 2
     except ArgumentError as error:  # from the API (ProblemError too), named as the option
-        print(
-            _one_line(f"autotune: error: argument {_option(error.field)}: {error}"), file=sys.stderr
-        )
+        # (a field in capitals is an environment variable, which the message names)
+        where = "" if error.field.isupper() else f"argument {_option(error.field)}: "
+        print(_one_line(f"autotune: error: {where}{error}"), file=sys.stderr)
         return 2
     except (SpaceError, PlanError, FileRefused) as error:  # a template's own files
         print(_one_line(f"autotune: error: argument --template: {error}"), file=sys.stderr)
@@ -392,6 +418,13 @@ def main(argv: list[str] | None = None) -> int:
 # --- commands -------------------------------------------------------------------------
 
 
+def _adapter(args):
+    """The Gpu --adapter names; None without it (the API's default: $AUTOTUNE_ADAPTER)."""
+    if getattr(args, "adapter", None) is None:
+        return None
+    return device_module.gpu_at(args.adapter)
+
+
 def _tune(args, problems, console: Console) -> int:
     from .model import DEFAULT_RADIUS, choose_representatives
     from .tune import TuneOptions, tune_many
@@ -402,7 +435,9 @@ def _tune(args, problems, console: Console) -> int:
         raise UsageError("argument --model: not with --shape or --shapes-from")
     radius = (DEFAULT_RADIUS if args.radius is None else args.radius) if args.model else None
     trials = args.trials if args.trials or args.timeout else TuneOptions.trials
-    display = _TuneDisplay(console, trials or args.timeout, f"/{trials}" if trials else "")
+    budget = f"/{trials}" if trials else ""
+    sequential = args.gpus is None or args.gpus.strip() == "1"
+    display = _TuneDisplay(console, trials or args.timeout, budget, sequential)
     display.count = len(problems)
     if radius is not None:  # the plan is shown once every argument is known to be good
         display.plan = choose_representatives(problems, radius), radius
@@ -422,6 +457,8 @@ def _tune(args, problems, console: Console) -> int:
             cache_dir=args.cache,
             seed=args.seed,
             on_trial=display.trial,
+            gpu=_adapter(args),
+            gpus=args.gpus,
         )
         display.finish(results)
     console.print(_summary(results))
@@ -433,23 +470,27 @@ def _tune(args, problems, console: Console) -> int:
 
 class _TuneDisplay:
     """Progress of a tune: a bar per shape (following the trial budget, or the clock when
-    only --timeout is given), and one for the whole list."""
+    only --timeout is given), one for the whole list, and with several GPUs a row per
+    GPU: what it measured last, and how many."""
 
-    def __init__(self, console: Console, total: float, budget: str):
+    def __init__(self, console: Console, total: float, budget: str, sequential: bool = True):
         self.console, self.total, self.budget = console, total, budget
+        self.sequential = sequential  # one shape at a time (one GPU)
         self.plan = None  # (assignments, radius) of a model, shown before the first shape
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             TextColumn("{task.fields[trials]}"),
-            TextColumn("best {task.fields[best]}"),
+            TextColumn("{task.fields[best]}"),
             TextColumn("failed {task.fields[failed]}"),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
             console=console,
             transient=False,
         )
-        self.task = self.overall = self.problem = None
+        self.task = self.overall = None
+        self.tasks: dict = {}  # problem -> its bar
+        self.gpus: dict = {}  # GPU label -> its row
         self.count = 0  # shapes to tune
 
     def __enter__(self):
@@ -463,31 +504,59 @@ class _TuneDisplay:
         if index == 0:  # every argument was checked: show the plan, start the display
             self._show_plan()
             self.progress.start()
-        self._complete()
+        if self.sequential:
+            self._complete()
         if index == 1:  # a second shape: a bar for the whole list too
             self.overall = self.progress.add_task(
-                "all shapes", total=None, best="-", failed=0, trials=""
+                "all shapes", total=None, best="", failed=0, trials=""
             )
         if self.overall is not None:
-            self.progress.update(self.overall, trials=f"{index} shapes done")
-        self.problem, self.shapes = problem, index + 1
-        self.task = self.progress.add_task(
-            problem.shape, total=self.total, best="-", failed=0, trials=f"0{self.budget} trials"
+            done = "done" if self.sequential else "begun"
+            self.progress.update(self.overall, trials=f"{index} shapes {done}")
+        self.task = self.tasks[problem] = self.progress.add_task(
+            problem.shape,
+            total=self.total,
+            best="best -",
+            failed=0,
+            trials=f"0{self.budget} trials",
         )
 
     def trial(self, event: dict) -> None:
         result, best = event["result"], event["result"].best
-        gflops = f"{best.measurement.gflops(self.problem.flops):.1f} GFLOP/s" if best else "-"
+        problem = result.problem
         self.progress.update(
-            self.task,
+            self.tasks[problem],
             completed=result.study_trials if self.budget else event["elapsed"],
             trials=f"{result.study_trials}{self.budget} trials",
             failed=sum(result.failures.values()),
-            best=gflops,
+            best=f"best {self._rate(best, problem)}",
+        )
+        if event.get("gpu") is not None:
+            self._gpu_row(event["gpu"], event["outcome"], problem)
+
+    def _gpu_row(self, label: str, outcome, problem) -> None:
+        """The GPU's row: its count, failures, and what it measured last."""
+        if label not in self.gpus:
+            row = self.progress.add_task(f"gpu {label}", total=None, best="", failed=0, trials="")
+            self.gpus[label] = [row, 0, 0]
+        row = self.gpus[label]
+        row[1] += 1
+        row[2] += not outcome.ok
+        last = self._rate(outcome, problem) if outcome.ok else outcome.reason
+        self.progress.update(
+            row[0],
+            trials=f"{row[1]} measured",
+            failed=row[2],
+            best=f"last {problem.shape} {outcome.config}: {last}",
         )
 
+    @staticmethod
+    def _rate(outcome, problem) -> str:
+        return f"{outcome.measurement.gflops(problem.flops):.1f} GFLOP/s" if outcome else "-"
+
     def finish(self, results) -> None:
-        self._complete()
+        for task in self.tasks.values():
+            self.progress.update(task, completed=self.total)
         if self.overall is not None:
             failed = sum(1 for r in results if not r.entry)
             done = f"{len(results)}/{self.count} shapes"
@@ -565,6 +634,7 @@ def _lookup(args, problems, console: Console) -> int:
             checks=args.checks == "on",
             cache_dir=args.cache,
             estimate=args.estimate,
+            gpu=_adapter(args),
         )
     except ProblemError as error:
         raise UsageError(f"argument {_option(error.field)}: {error}") from None
@@ -604,8 +674,9 @@ def _export(args, problems, console: Console) -> int:
     if args.caches and args.candidates is None:
         raise UsageError("argument --caches: only with --candidates K (a candidate set)")
     check_folder("out_dir", args.out, writable=True)  # before any tuning
+    gpu = _adapter(args)
     for problem in problems:
-        common = dict(problem.arguments, checks=checks, cache_dir=args.cache)
+        common = dict(problem.arguments, checks=checks, cache_dir=args.cache, gpu=gpu)
         try:
             kernel = lookup(**common, portable=args.portable)
             if args.portable and kernel.source != "exact":
@@ -635,18 +706,19 @@ def _export(args, problems, console: Console) -> int:
 
 
 def _devices(args, problems, console: Console) -> int:
-    chosen = device_module.get_gpu()
-    for adapter in device_module.list_adapters():
-        mark = "*" if adapter.summary == chosen.summary else " "
-        console.print(f"{mark} [bold]{adapter.summary}[/bold]")
+    adapters = device_module.list_adapters()
+    chosen = device_module.adapter_index(_adapter(args) or device_module.get_gpu(), adapters)
+    for index, adapter in enumerate(adapters):
+        mark = "*" if index == chosen else " "
+        console.print(f"{mark} {index}: [bold]{adapter.summary}[/bold]")
         fingerprint = device_module.Fingerprint.of(adapter)
         console.print(f"    fingerprint: {json.dumps(fingerprint.as_dict())}")
         console.print(f"    features: {', '.join(sorted(adapter.features))}")
         limits = {k: adapter.limits[k] for k in device_module.COMPUTE_LIMITS}
         console.print(f"    limits: {json.dumps(limits)}")
     console.print(
-        f"* = used (set {device_module.ADAPTER_ENV} to choose); "
-        f"versions: {device_module.versions()}"
+        f"* = used (--adapter or {device_module.ADAPTER_ENV}: an index, a word of the name, "
+        f"or word:index); versions: {device_module.versions()}"
     )
     return 0
 
@@ -661,7 +733,7 @@ def _demo(args, problems, console: Console) -> int:
     from .verify import verify
 
     problem = problems[0]
-    gpu = device_module.get_gpu()
+    gpu = _adapter(args) or device_module.get_gpu()
     templates = tuple(reversed(BUILT_IN))  # the tutorial kernels first
     check_fits(problem, gpu)  # refused (exit 2, naming the limit), not an empty table
     check_runnable(problem, gpu.limits, templates)

@@ -2,8 +2,12 @@
 
 Everything that talks to wgpu's adapter/device objects directly lives here, so the rest
 of the pipeline sees one small `Gpu` object. Set AUTOTUNE_ADAPTER to a word of an
-adapter's name or backend ("vulkan", "llvmpipe", "nvidia", "opengl") to pick another
-adapter than wgpu's high-performance choice; `python -m autotune devices` lists them.
+adapter's name or backend ("vulkan", "llvmpipe", "nvidia", "opengl"), an index in the
+list of adapters (`1`), or both (`nvidia:1`, the second adapter whose name has "nvidia")
+to pick another adapter than wgpu's high-performance choice; `python -m autotune devices`
+lists them with their indices. Identical GPUs (a server's eight) have one fingerprint, so
+an index is what tells them apart: a worker process opens its adapter by index and
+checks the fingerprint there.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ if not os.environ.get("XDG_RUNTIME_DIR"):
 
 import wgpu  # noqa: E402
 from wgpu.backends.wgpu_native import _api as native  # noqa: E402
+
+from .arguments import ArgumentError, is_integer, shown  # noqa: E402
 
 # The limits a GEMM kernel can run into; the device is requested with the adapter's
 # real values for these (wgpu would otherwise give WebGPU's small defaults).
@@ -99,6 +105,53 @@ class NoAdapterError(RuntimeError):
     """No wgpu adapter (or none matching AUTOTUNE_ADAPTER) exists on this machine."""
 
 
+class AdapterError(ArgumentError, NoAdapterError):
+    """A bad adapter choice (`field`: "adapter", or AUTOTUNE_ADAPTER when it came from the
+    environment): not a word, an index or word:index, or matching no adapter here."""
+
+
+@dataclass(frozen=True)
+class AdapterChoice:
+    """Which adapter: the `index`-th of those whose name or backend has `word` (any
+    adapter without a word; the first without an index). Neither: wgpu's own choice."""
+
+    word: str = ""
+    index: int | None = None
+
+    @classmethod
+    def parse(cls, value: object, field: str = "adapter") -> AdapterChoice:
+        """An index (1 or "1"), a word ("nvidia") or word:index ("nvidia:1"); "" or None:
+        wgpu's high-performance choice. AdapterError names `field`."""
+        if value is None:
+            return cls()
+        if is_integer(value) and value >= 0:
+            return cls(index=int(value))
+        text = value.strip().lower() if isinstance(value, str) else None
+        word, _, index = (text or "").rpartition(":") if text and ":" in text else (text, "", "")
+        if text is None or (":" in text and not (word and index.isdigit())) or ":" in word:
+            raise AdapterError(
+                field,
+                f"{field} must be an index (1), a word of an adapter's name (nvidia) or "
+                f"word:index (nvidia:1), got {shown(value)}",
+            )
+        if word.isdigit() and not index:
+            return cls(index=int(word))
+        return cls(word, int(index) if index else None)
+
+    def __str__(self) -> str:
+        if self.word:
+            return self.word if self.index is None else f"{self.word}:{self.index}"
+        return "" if self.index is None else str(self.index)
+
+    def matches(self, adapter: wgpu.GPUAdapter) -> bool:
+        word = self.word
+        return not word or word in adapter.summary.lower() or word == _backend(adapter).lower()
+
+
+def _backend(adapter: wgpu.GPUAdapter) -> str:
+    return str(adapter.info["backend_type"])
+
+
 @dataclass(frozen=True)
 class Fingerprint:
     """What identifies a GPU + driver for caching: a change in any field is a new device."""
@@ -151,19 +204,33 @@ def list_adapters() -> list[wgpu.GPUAdapter]:
     return list(wgpu.gpu.enumerate_adapters_sync())
 
 
-def _choose_adapter() -> wgpu.GPUAdapter:
-    wanted = os.environ.get(ADAPTER_ENV, "").strip().lower()
-    if not wanted:
+def adapters_text(adapters: list[wgpu.GPUAdapter]) -> str:
+    """The adapters with their indices, on one line (for messages)."""
+    return "; ".join(f"{i}: {one_line(a.summary)}" for i, a in enumerate(adapters)) or "none"
+
+
+def choose_adapter(
+    choice: AdapterChoice, field: str = "adapter"
+) -> tuple[wgpu.GPUAdapter, int | None]:
+    """The adapter `choice` names and its index in list_adapters() (None for wgpu's own
+    choice, which it does not say); AdapterError (naming `field`) when none matches."""
+    if choice == AdapterChoice():
         adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
         if adapter is None:
             raise NoAdapterError("no wgpu adapter found (install mesa-vulkan-drivers)")
-        return adapter
+        return adapter, None
     adapters = list_adapters()
-    for adapter in adapters:
-        if wanted in adapter.summary.lower() or wanted == adapter.info["backend_type"].lower():
-            return adapter
-    names = "; ".join(a.summary for a in adapters) or "none"
-    raise NoAdapterError(f"{ADAPTER_ENV}={wanted!r} matches no adapter; adapters: {names}")
+    matching = [i for i, adapter in enumerate(adapters) if choice.matches(adapter)]
+    position = choice.index or 0
+    if position < len(matching):
+        return adapters[matching[position]], matching[position]
+    if choice.word and not matching:
+        why = "matches no adapter"
+    elif choice.word:
+        why = f"is out of range: {len(matching)} adapter(s) match {choice.word!r}"
+    else:
+        why = f"is out of range: there are {len(adapters)} adapter(s)"
+    raise AdapterError(field, f"{field} {str(choice)!r} {why}; adapters: {adapters_text(adapters)}")
 
 
 class Gpu:
@@ -176,11 +243,14 @@ class Gpu:
         adapter: wgpu.GPUAdapter,
         device: wgpu.GPUDevice | None = None,
         features: frozenset[str] | None = None,
+        index: int | None = None,
     ):
         """`device`: the caller's, as it is; else one requested here with the adapter's
         compute limits and its WANTED_FEATURES, or only those of `features` (a worker
-        measuring for a caller's device)."""
+        measuring for a caller's device). `index`: the adapter's in list_adapters(),
+        where known (what a worker opens: identical GPUs share a fingerprint)."""
         self.adapter = adapter
+        self.index = index
         self.fingerprint = Fingerprint.of(adapter)  # the cache file: the adapter's, either way
         have = device or adapter
         self.features = frozenset(f for f in WANTED_FEATURES if f in have.features)
@@ -283,14 +353,41 @@ class Gpu:
         return native.GPUShaderModule(label, handle, self.device)
 
 
+def adapter_index(gpu: Gpu, adapters: list[wgpu.GPUAdapter]) -> int | None:
+    """`gpu`'s adapter's index in `adapters` (list_adapters()): its own where known,
+    else the first with its fingerprint (the one a worker opens by fingerprint alone)."""
+    if gpu.index is not None:
+        return gpu.index
+    same = (i for i, adapter in enumerate(adapters) if Fingerprint.of(adapter) == gpu.fingerprint)
+    return next(same, None)
+
+
 @functools.cache
-def _gpu_for(adapter_choice: str) -> Gpu:
-    return Gpu(_choose_adapter())
+def _gpu_for(choice: AdapterChoice, field: str) -> Gpu:
+    adapter, index = choose_adapter(choice, field)
+    return Gpu(adapter) if index is None else _gpu_of_index(index, adapter)
+
+
+_INDEXED: dict[int, Gpu] = {}  # one Gpu per adapter, however it was named
+
+
+def _gpu_of_index(index: int, adapter: wgpu.GPUAdapter) -> Gpu:
+    if index not in _INDEXED:
+        _INDEXED[index] = Gpu(adapter, index=index)
+    return _INDEXED[index]
 
 
 def get_gpu() -> Gpu:
     """The process-wide Gpu for the current AUTOTUNE_ADAPTER choice (created once)."""
-    return _gpu_for(os.environ.get(ADAPTER_ENV, ""))
+    choice = AdapterChoice.parse(os.environ.get(ADAPTER_ENV, ""), ADAPTER_ENV)
+    return _gpu_for(choice, ADAPTER_ENV)
+
+
+def gpu_at(adapter: object) -> Gpu:
+    """The Gpu of the adapter an index, word or word:index names (`adapter`, as in
+    AUTOTUNE_ADAPTER; created once per adapter); None or "": get_gpu()'s."""
+    choice = AdapterChoice.parse(adapter, "adapter")
+    return get_gpu() if choice == AdapterChoice() else _gpu_for(choice, "adapter")
 
 
 # The attribute of a caller's wgpu.GPUDevice that holds its Gpu: made once per device,
@@ -320,22 +417,30 @@ def given_gpu(gpu: object, device: object, error=ValueError) -> Gpu | None:
     return gpu_of(device, error)
 
 
-def gpu_matching(fingerprint: dict | None, features=None) -> Gpu:
+def gpu_matching(fingerprint: dict | None, features=None, index: int | None = None) -> Gpu:
     """A Gpu of its own on the adapter with this fingerprint (the tuner's, whose device
     may be a caller's), with only `features` where given (the caller's device's);
-    get_gpu()'s when neither is given. Two identical GPUs have one fingerprint: the
-    first of them is taken."""
-    if fingerprint is None and features is None:
+    get_gpu()'s when none is given. Two identical GPUs have one fingerprint: `index`
+    (in list_adapters()) says which, else the first of them is taken."""
+    if fingerprint is None and features is None and index is None:
         return get_gpu()
     wanted = Fingerprint(**fingerprint) if fingerprint else get_gpu().fingerprint
-    return _gpu_of_adapter(wanted, None if features is None else frozenset(features))
+    return _gpu_of_adapter(wanted, None if features is None else frozenset(features), index)
 
 
 @functools.cache
-def _gpu_of_adapter(fingerprint: Fingerprint, features: frozenset | None) -> Gpu:
-    for adapter in list_adapters():
+def _gpu_of_adapter(fingerprint: Fingerprint, features: frozenset | None, index: int | None) -> Gpu:
+    adapters = list_adapters()
+    if index is not None:
+        if index < len(adapters) and Fingerprint.of(adapters[index]) == fingerprint:
+            return Gpu(adapters[index], features=features, index=index)
+        raise NoAdapterError(
+            f"adapter {index} here is not {fingerprint.device!r} ({fingerprint.backend}); "
+            f"adapters: {adapters_text(adapters)}"
+        )
+    for position, adapter in enumerate(adapters):
         if Fingerprint.of(adapter) == fingerprint:
-            return Gpu(adapter, features=features)
+            return Gpu(adapter, features=features, index=position)
     raise NoAdapterError(f"no adapter here is {fingerprint.device!r} ({fingerprint.backend})")
 
 

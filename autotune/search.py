@@ -17,11 +17,20 @@ Candidates run in a worker process by default (autotune.worker): a hang, a crash
 lost device costs that one trial and a restart of the worker. The budget (`trials`)
 counts measured trials of the whole study, so a killed `tune` on a persistent storage
 resumes where it stopped, and several processes share one budget.
+
+Several evaluators (a worker on each GPU of a host, autotune.gpus) can measure for one
+search at once: each is a `Lane`, driven by a thread of its own through `Search.work`.
+Proposing, claiming and recording are done one lane at a time (under the search's
+lock); only the measuring runs side by side, each lane on its own evaluator. A lane
+whose worker cannot be restarted, or whose candidates lose the device or crash the
+worker LOST_AFTER times in a row, leaves the search (`Lane.out` says why) and gives
+back its claims; the other lanes go on.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
@@ -36,10 +45,12 @@ from .problem import Problem
 from .space import Config, load_space
 from .strategies import STRATEGIES, make_strategy
 from .study import Study, study_attrs, study_name
-from .worker import Worker
+from .worker import Worker, WorkerError
 
 SAMPLERS = tuple(STRATEGIES)
 FINALISTS = 4  # the study's fastest configs, timed again back to back at the end of tune
+LOST_AFTER = 3  # a lane's crashed or device-lost candidates in a row: its GPU is gone
+GPU_FAULTS = ("crashed", "device-lost")
 
 Progress = Callable[[dict], None]
 
@@ -91,15 +102,11 @@ def search(
     arguments = dict(locals())
     if evaluator is None:  # our own worker, stopped when the search ends (however it ends)
         features = tuple(sorted(gpu.kernel_features))
-        with Worker(gpu.fingerprint.as_dict(), features=features) as worker:
+        index = getattr(gpu, "index", None)
+        with Worker(gpu.fingerprint.as_dict(), features=features, index=index) as worker:
             worker.prepare(problem, reference_seed(seed), checks)
             return search(**(arguments | {"evaluator": worker}))
-    if isinstance(evaluator, Worker) and not evaluator.prepared_for(problem, checks):
-        raise ValueError(f"the worker is not prepared for {problem} with checks={checks}")
-    if compile_ahead is None:  # on a CPU adapter compiling would disturb the timing
-        cpu = gpu.fingerprint.adapter_type == "CPU"
-        compile_ahead = 0 if cpu or not isinstance(evaluator, Worker) else 1
-    return _Search(**(arguments | {"compile_ahead": compile_ahead})).run()
+    return Search.of(**arguments).run()
 
 
 class _Valid(Sequence):
@@ -127,8 +134,42 @@ class _Valid(Sequence):
         return sum(load_space(t).size for t in self.templates)
 
 
-class _Search:
-    """One run of the search loop (see search())."""
+@dataclass(eq=False)
+class Lane:
+    """One evaluator's share of a search that several measure for at once (a worker on
+    each GPU); `label` names it in trial events and on its trials (None: the only one)."""
+
+    evaluator: Evaluator
+    label: str | None = None
+    pending: deque = field(default_factory=deque)  # its claimed configs, next first
+    out: str | None = None  # why it left the search for good (its GPU is gone)
+    faults: int = 0  # its crashed or device-lost candidates in a row
+    measured: int = 0  # candidates it measured (over every search it took part in)
+
+    def note(self, outcome: Outcome) -> None:
+        """Count a lost device or crashed worker; LOST_AFTER in a row: the lane is out."""
+        self.faults = self.faults + 1 if outcome.reason in GPU_FAULTS else 0
+        if self.faults >= LOST_AFTER:
+            self.out = (
+                f"{self.faults} candidates in a row lost the device or crashed the worker "
+                f"(the last: {outcome.failure})"
+            )
+
+
+class Search:
+    """One search of a problem (see search()): `run` with its one evaluator, or `work`
+    from a thread per Lane, then `conclude` once every lane is done."""
+
+    @classmethod
+    def of(cls, problem: Problem, gpu: Gpu, **arguments) -> Search:
+        """search()'s arguments checked, its evaluator's compile_ahead chosen."""
+        evaluator, checks = arguments["evaluator"], arguments["checks"]
+        if isinstance(evaluator, Worker) and not evaluator.prepared_for(problem, checks):
+            raise ValueError(f"the worker is not prepared for {problem} with checks={checks}")
+        if arguments["compile_ahead"] is None:  # on a CPU adapter it would disturb timing
+            cpu = gpu.fingerprint.adapter_type == "CPU"
+            arguments["compile_ahead"] = 0 if cpu or not isinstance(evaluator, Worker) else 1
+        return cls(problem, gpu, **arguments)
 
     def __init__(self, problem, gpu, *, templates, trials, timeout, checks, sampler, storage,
                  seed, max_dispatch_s, on_trial, evaluator, limits, compile_ahead):  # fmt: skip
@@ -151,10 +192,14 @@ class _Search:
             for config in self._seeds():
                 self.study.enqueue(config)
         self.result = SearchResult(problem, None, 0, 0, study_name=name)
-        # Claimed configs waiting their turn: with compile_ahead, the evaluator compiles
-        # the next ones while it times the current one (never two timings at once).
-        self.pending: deque[tuple[optuna.Trial, Config]] = deque()
+        # Each lane's claimed configs wait their turn in Lane.pending: with compile_ahead,
+        # its evaluator compiles the next ones while it times the current one (never two
+        # timings at once on one evaluator).
         self.full = False  # the study's budget is taken (by claims of other processes too)
+        self.lock = threading.RLock()  # proposing, claiming, recording: one lane at a time
+        self.lanes: set[Lane] = set()  # those working now
+        self.in_flight = 0  # claimed configs being measured now
+        self.stopping = False  # stop(): nothing more is claimed, nothing more recorded
 
     def _seeds(self) -> list[Config]:
         spaces = [load_space(t) for t in self.templates]
@@ -168,12 +213,41 @@ class _Search:
         return f"needs {', '.join(missing)}, which the device lacks" if missing else None
 
     def run(self) -> SearchResult:
+        """The search with its one evaluator, to its budget."""
+        self.work(Lane(self.evaluator))
+        return self.conclude()
+
+    def work(self, lane: Lane) -> None:
+        """Measure claimed configs on `lane` until the budget or the time is spent, the
+        search is stopped, or the lane is out (a lane of its own: its evaluator's
+        WorkerError is raised, as one evaluator's failure is the search's)."""
+        with self.lock:
+            self.lanes.add(lane)
         try:
-            while self._fill() and not self._out_of_time():
-                self._measure(*self.pending.popleft())
+            while not lane.out and self._fill(lane) and not self._out_of_time():
+                with self.lock:
+                    trial, config = lane.pending.popleft()
+                    self.in_flight += 1
+                self._measure(lane, trial, config)
         finally:
-            for trial, _ in self.pending:  # claimed, never measured: free for a later run
-                self.study.release(trial)
+            with self.lock:
+                for trial, _ in lane.pending:  # claimed, never measured: free for later
+                    self.study.release(trial)
+                lane.pending.clear()
+                self.lanes.discard(lane)
+
+    def wants_more(self) -> bool:
+        """Whether another lane joining now would find configs to measure."""
+        with self.lock:
+            return not self.stopping and not self._exhausted()
+
+    def stop(self) -> None:
+        """Claim nothing more and record nothing more (what is being measured is given
+        back when it returns): the tune is interrupted or failing."""
+        self.stopping = True
+
+    def conclude(self) -> SearchResult:
+        """The result, once no lane works any more: the study's best and finalists."""
         result, study = self.result, self.study
         result.study_trials = study.measured_count()
         result.best = study.best(result.best)
@@ -181,23 +255,26 @@ class _Search:
         result.seconds = time.monotonic() - self.start
         return result
 
-    def _fill(self) -> bool:
-        """Claim configs until compile_ahead of them wait behind the next; False: none."""
-        while len(self.pending) < 1 + self.compile_ahead:
-            claimed = self._claim()
-            if claimed is None:
-                break
-            self.pending.append(claimed)
-            if len(self.pending) > 1:
-                self.evaluator.compile_ahead(claimed[1])
-        return bool(self.pending)
+    def _fill(self, lane: Lane) -> bool:
+        """Claim configs until compile_ahead of them wait behind the lane's next; False:
+        none."""
+        with self.lock:
+            while not self.stopping and len(lane.pending) < 1 + self.compile_ahead:
+                claimed = self._claim()
+                if claimed is None:
+                    break
+                lane.pending.append(claimed)
+                if len(lane.pending) > 1:
+                    lane.evaluator.compile_ahead(claimed[1])
+            return bool(lane.pending)
 
     def _out_of_time(self) -> bool:
         return self.timeout is not None and time.monotonic() - self.start >= self.timeout
 
     def _exhausted(self) -> bool:
         """The budget is spent, the time is up, or every valid config is measured."""
-        measured = len(self.study.history()) + len(self.pending)
+        waiting = sum(len(lane.pending) for lane in self.lanes) + self.in_flight
+        measured = len(self.study.history()) + waiting
         self.result.study_trials = len(self.study.history())
         spent = self.full or (self.trials is not None and measured >= self.trials)
         return spent or self._out_of_time() or measured >= self.valid.at_most()
@@ -231,12 +308,33 @@ class _Search:
             return "known"
         return "claimed" if self.study.claim(trial, config) else "taken"
 
-    def _measure(self, trial: optuna.Trial, config: Config) -> None:
+    def _measure(self, lane: Lane, trial: optuna.Trial, config: Config) -> None:
+        result = self.result
+        with self.lock:
+            best_s = result.best.measurement.median_s if result.best else None
+        limit = self.max_dispatch_s or (max(1.0, 50 * best_s) if best_s else None)
+        started = time.monotonic()
+        try:
+            outcome = lane.evaluator.evaluate(config, max_dispatch_s=limit)
+        except WorkerError as error:
+            if lane.label is None:  # the search's only evaluator
+                raise
+            lane.out = str(error)
+            outcome = None
+        ended = time.monotonic()
+        with self.lock:
+            self.in_flight -= 1
+            if outcome is None or self.stopping:  # not measured: free for another lane
+                self.study.release(trial)
+                self.full = False  # (the budget may have been full of this claim)
+                return
+            self._record(lane, trial, outcome, started, ended)
+
+    def _record(self, lane: Lane, trial, outcome: Outcome, started: float, ended: float) -> None:
         result = self.result
         best_s = result.best.measurement.median_s if result.best else None
-        limit = self.max_dispatch_s or (max(1.0, 50 * best_s) if best_s else None)
-        outcome = self.evaluator.evaluate(config, max_dispatch_s=limit)
         result.measured += 1
+        lane.measured += 1
         if not outcome.ok:
             result.failures[outcome.reason] += 1
         elif best_s is None or outcome.measurement.median_s < best_s:
@@ -246,5 +344,10 @@ class _Search:
         # again, so no finished result is ever missing from the cache.
         if self.on_trial:
             elapsed = time.monotonic() - self.start
-            self.on_trial({"outcome": outcome, "result": result, "elapsed": elapsed})
-        self.study.finish(trial, outcome)
+            self.on_trial(
+                {"outcome": outcome, "result": result, "elapsed": elapsed, "gpu": lane.label,
+                 "started": started, "ended": ended, "evaluator": lane.evaluator}
+            )  # fmt: skip
+        self.study.finish(trial, outcome, lane.label)
+        if lane.label is not None:
+            lane.note(outcome)

@@ -261,9 +261,10 @@ class Study:
                 return True
         return False
 
-    def finish(self, trial: optuna.Trial, outcome: Outcome) -> None:
-        """Record what was measured on the trial, then tell it finished."""
-        _owned(record, trial, outcome, self.problem)
+    def finish(self, trial: optuna.Trial, outcome: Outcome, gpu: str | None = None) -> None:
+        """Record what was measured on the trial (and on which GPU, where several measure
+        for it), then tell it finished."""
+        _owned(record, trial, outcome, self.problem, gpu)
         seconds = outcome.measurement.median_s if outcome.ok else None
         self._history[str(outcome.config)] = seconds
         _owned(self._tell, trial, seconds)
@@ -371,12 +372,15 @@ def _alive(pid: int) -> bool:
     return pid != os.getpid()
 
 
-def record(trial: optuna.Trial, outcome: Outcome, problem: Problem) -> None:
+def record(trial: optuna.Trial, outcome: Outcome, problem: Problem, gpu: str | None = None) -> None:
     """What was measured, as the trial's user attributes: for people (optuna-dashboard's
     trial table) config, reason ("ok" or the failure's), gflops and median_ms, or
-    failure (one line); for the tuner (outcome_of) template, params, measurement, error,
-    compile_s, and the failure's whole detail."""
+    failure (one line), and the GPU that measured it where several did; for the tuner
+    (outcome_of) template, params, measurement, error, compile_s, and the failure's
+    whole detail."""
     trial.set_user_attr("config", str(outcome.config))
+    if gpu is not None:
+        trial.set_user_attr("gpu", gpu)
     trial.set_user_attr("template", outcome.config.template)
     trial.set_user_attr("params", outcome.config.as_dict())
     trial.set_user_attr("reason", outcome.reason or "ok")

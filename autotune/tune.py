@@ -3,22 +3,26 @@
 The cache is written each time the search finds a new best, not only at the end, so a
 killed tune keeps every result it had finished. `tune_many` tunes a list of problems,
 or a model's representatives (autotune.model), with every argument checked first.
+With `gpus`, a worker on each GPU of the host measures for one study, and a list of
+problems is spread over the GPUs as well (autotune.gpus).
 
     result = autotune.tune(1024, 1024, 1024, trials=30)
     results = autotune.tune_many(problems, radius=1.0, timeout=20)
+    result = autotune.tune(4096, 4096, 4096, trials=200, gpus="all")
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import optuna
 
-from . import cache
+from . import cache, gpus
 from .arguments import (
     ArgumentError,
     check_count,
@@ -35,9 +39,9 @@ from .evaluate import Evaluator, Outcome, reference_seed
 from .kernel import check_fits
 from .model import choose_representatives
 from .problem import VARIANT_KEYS, Problem
-from .search import SAMPLERS, SearchResult, search
+from .search import SAMPLERS, Lane, Search, SearchResult
 from .space import check_runnable, load_space, template_names
-from .worker import CANDIDATE_S, Worker
+from .worker import CANDIDATE_S, Worker, WorkerError
 
 BASELINE_TEMPLATE = "tiled"  # its first seed is the tutorial 16x16 kernel
 MAX_TRIALS = 10**9  # as a cache entry's trial count
@@ -78,6 +82,11 @@ class TuneOptions:
     # How candidates are measured: makes the Evaluator of each problem (None: a Worker
     # process on `gpu`); a timing backend of one's own, or a Replay of a recording.
     evaluator: Callable[[Problem], Evaluator] | None = None
+    # GPUs measuring together (autotune.gpus): None or 1, the tuner's alone; a count,
+    # "all" (every adapter of the tuner's backend) or adapter indices ([0, 2, 5],
+    # "0,2,5"), each identical to the tuner's: a worker on each, one study per problem.
+    gpus: object = None
+    repeat_gpus: bool = False  # a testing aid: an index may repeat (two timings on one GPU)
 
     @classmethod
     def checked(cls, **options) -> TuneOptions:
@@ -92,6 +101,12 @@ class TuneOptions:
         if not isinstance(o.sampler, str) or o.sampler not in SAMPLERS:
             known = ", ".join(SAMPLERS)
             raise TuneError("sampler", f"sampler {shown(o.sampler)} is unknown; known: {known}")
+        repeat = check_flag("repeat_gpus", o.repeat_gpus, TuneError)
+        chosen = None
+        if o.gpus is not None:
+            chosen = gpus.choose(o.gpus, gpu, repeat, TuneError)
+        if chosen and o.evaluator is not None:
+            raise TuneError("gpus", "gpus starts a worker on each GPU: not with an evaluator")
         return cls(
             trials=trials,
             timeout=timeout,
@@ -107,6 +122,8 @@ class TuneOptions:
             candidate_timeout=check_seconds("candidate_timeout", o.candidate_timeout, TuneError),
             compile_ahead=check_count("compile_ahead", o.compile_ahead, 4, TuneError),
             evaluator=o.evaluator,
+            gpus=chosen,
+            repeat_gpus=repeat,
         )
 
 
@@ -182,12 +199,14 @@ def tune(M: int, N: int, K: int, dtype: str = "f32", **options) -> TuneResult:
     `weights`, `activations`) as
     in autotune.lookup, and TuneOptions' fields (trials=30, timeout, templates, checks,
     sampler, storage, cache_dir, seed, gpu or device, on_trial, portable,
-    candidate_timeout, compile_ahead). Without `templates`, the built-in ones that
+    candidate_timeout, compile_ahead, gpus). Without `templates`, the built-in ones that
     compute the problem are searched. `portable` searches only configs within WebGPU's
     default limits (for export to any browser); lookup(portable=True) finds them.
     `device`, a caller's wgpu.GPUDevice: only configs within its limits and features
     are searched, into its adapter's cache file; the candidates run in the worker
-    process, on a device of the same adapter with the same features.
+    process, on a device of the same adapter with the same features. `gpus` ("all", a
+    count, adapter indices): a worker on each of these GPUs, identical to the tuner's,
+    all measuring for the problem's one study.
     """
     variant = {k: options.pop(k) for k in VARIANT_KEYS if k in options}
     problem = Problem(M, N, K, dtype, **variant)
@@ -205,6 +224,8 @@ def tune_many(
     starts. With `radius`, only a model's representatives are tuned (model.
     choose_representatives): lookup serves the others from the tuned kernels.
     `on_start(problem, index)` is called as each problem starts; `options` as in tune().
+    With `gpus`, the problems are spread over the GPUs too (autotune.gpus.Pool): several
+    are tuned at once, and a GPU whose problem is done joins another's study.
     """
     if (
         not isinstance(problems, list | tuple)
@@ -225,6 +246,8 @@ def tune_many(
     if checked.templates:  # e.g. a plain-only template asked for a variant of the list
         for problem in problems:
             check_runnable(problem, None, checked.templates)
+    if checked.gpus is not None:
+        return _tune_on_gpus(problems, checked, on_start)
     results = []
     for index, problem in enumerate(problems):
         if on_start:
@@ -242,48 +265,112 @@ def _options(options: dict) -> TuneOptions:
 
 def tune_problem(problem: Problem, options: TuneOptions) -> TuneResult:
     """tune() for a Problem, with checked options."""
-    o = options
-    templates = o.templates or tuple(
-        t for t in BUILT_IN if load_space(t).first_config(problem) is not None
-    )
-    gpu = o.gpu or get_gpu()
-    limits = portable_limits(gpu.limits) if o.portable else gpu.limits
-    check_fits(problem, gpu, limits)
-    check_runnable(problem, limits, templates)
-    store = cache.DeviceCache(
-        o.cache_dir or cache.default_cache_dir(), gpu.fingerprint.as_dict(), versions()
-    )
-    store.check_writable()  # a lock that cannot be taken fails now, not after a trial
+    if options.gpus is not None:
+        return _tune_on_gpus([problem], options, None)[0]
+    tuning = _Tuning(problem, options)
     with contextlib.ExitStack() as stack:
-        evaluator = _evaluator(problem, o, gpu, stack)
-        keeper = _Keeper(problem, o, store, baseline(problem, gpu, evaluator), gpu)
-        result = search(
+        evaluator = _evaluator(problem, options, tuning.gpu, stack)
+        tuning.begin(evaluator)
+        return tuning.end(evaluator, tuning.search.run())
+
+
+class _Tuning:
+    """One problem's tune in steps: `begin` (the baseline, the search set up), the search
+    (run on one evaluator, or worked by several: autotune.gpus), `end` (the finalists
+    timed again, the best kept). A Session of autotune.gpus.Pool."""
+
+    def __init__(self, problem: Problem, options: TuneOptions):
+        o = self.options = options
+        self.problem = problem
+        self.templates = o.templates or tuple(
+            t for t in BUILT_IN if load_space(t).first_config(problem) is not None
+        )
+        gpu = self.gpu = o.gpu or get_gpu()
+        self.limits = portable_limits(gpu.limits) if o.portable else gpu.limits
+        check_fits(problem, gpu, self.limits)
+        check_runnable(problem, self.limits, self.templates)
+        self.store = cache.DeviceCache(
+            o.cache_dir or cache.default_cache_dir(), gpu.fingerprint.as_dict(), versions()
+        )
+        self.store.check_writable()  # a lock that cannot be taken fails now, not after a trial
+        self.seed = reference_seed(o.seed)  # one reference for every worker of the problem
+        self.search: Search | None = None
+
+    def prepare(self, evaluator: Evaluator) -> None:
+        if isinstance(evaluator, Worker):
+            evaluator.prepare(self.problem, self.seed, self.options.checks)
+
+    def begin(self, evaluator: Evaluator) -> None:
+        o, problem, gpu = self.options, self.problem, self.gpu
+        self.prepare(evaluator)
+        self.keeper = _Keeper(problem, o, self.store, baseline(problem, gpu, evaluator), gpu)
+        self.search = Search.of(
             problem,
             gpu,
-            templates=templates,
+            templates=self.templates,
             trials=o.trials,
             timeout=o.timeout,
             checks=o.checks,
             sampler=o.sampler,
             storage=o.storage,
             seed=o.seed,
-            on_trial=keeper.on_trial,
-            limits=limits,
+            max_dispatch_s=None,
+            on_trial=self.keeper.on_trial,
+            limits=self.limits,
             evaluator=evaluator,
             compile_ahead=o.compile_ahead,
         )
-        if len(result.finalists) > 1:
-            result.best = evaluator.retime(result.finalists) or result.best
-        entry = keeper.keep(result)
-    from .lookup import forget  # the in-process lookup memo must see the new entry
 
-    forget()
-    return TuneResult(problem, o.checks, entry, result, keeper.baseline, store.path)
+    def end(self, evaluator: Evaluator, result: SearchResult | None = None) -> TuneResult:
+        """The result (`result`: the search's, run on `evaluator`; else concluded here,
+        from a search that several GPUs worked, whose retime may meet a lost GPU)."""
+        if result is None:
+            result = self.search.conclude()
+            if len(result.finalists) > 1:
+                try:
+                    self.prepare(evaluator)
+                    result.best = evaluator.retime(result.finalists) or result.best
+                except WorkerError:  # this GPU is gone too: the search's timings stand
+                    pass
+        elif len(result.finalists) > 1:
+            result.best = evaluator.retime(result.finalists) or result.best
+        entry = self.keeper.keep(result)
+        from .lookup import forget  # the in-process lookup memo must see the new entry
+
+        forget()
+        o = self.options
+        return TuneResult(
+            self.problem, o.checks, entry, result, self.keeper.baseline, self.store.path
+        )
+
+
+def _tune_on_gpus(problems, options: TuneOptions, on_start) -> list[TuneResult]:
+    """The problems tuned by a worker on each of options.gpus (autotune.gpus.Pool); the
+    callbacks are called one at a time."""
+    one_at_a_time = threading.Lock()
+    options = replace(options, on_trial=_serialized(options.on_trial, one_at_a_time))
+    gpu = options.gpu or get_gpu()
+    with contextlib.ExitStack() as stack:
+        lanes: list[Lane] = gpus.lanes(options.gpus, gpu, options.candidate_timeout, stack)
+        pool = gpus.Pool(lanes)
+        on_start = _serialized(on_start, one_at_a_time)
+        return pool.tune(problems, lambda problem: _Tuning(problem, options), on_start)
+
+
+def _serialized(callback, lock: threading.Lock):
+    if callback is None:
+        return None
+
+    def call(*arguments):
+        with lock:
+            return callback(*arguments)
+
+    return call
 
 
 def _evaluator(problem: Problem, o: TuneOptions, gpu: Gpu, stack) -> Evaluator:
-    """The options' evaluator for `problem`, or a Worker holding one float64 reference
-    (for the baseline and the search); closed with `stack`."""
+    """The options' evaluator for `problem`, or a Worker (prepared by _Tuning.begin: one
+    float64 reference for the baseline and the search); closed with `stack`."""
     if o.evaluator is not None:
         evaluator = o.evaluator(problem)
         if isinstance(evaluator, contextlib.AbstractContextManager):
@@ -294,9 +381,9 @@ def _evaluator(problem: Problem, o: TuneOptions, gpu: Gpu, stack) -> Evaluator:
             gpu.fingerprint.as_dict(),
             candidate_timeout=o.candidate_timeout,
             features=tuple(sorted(gpu.kernel_features)),
+            index=gpu.index,
         )
     )
-    worker.prepare(problem, reference_seed(o.seed), o.checks)
     return worker
 
 

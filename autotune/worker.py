@@ -6,7 +6,8 @@ kills and restarts the worker when it is late (`timeout`), restarts it when it d
 (`crashed`), and when the worker reports its device lost (`device-lost`).
 
     tuner (Worker)                                  worker (autotune.worker.main)
-    prepare(problem, seed, checks) ── setup ──────► the tuner's adapter; Reference(problem, seed)
+    prepare(problem, seed, checks) ── setup ──────► the tuner's adapter (by its index and
+                                                     fingerprint); Reference(problem, seed)
                                    ◄─ ready ───────  (inputs + float64 product, once)
     evaluate(config, ...)          ── evaluate ───► evaluate.evaluate: render, compile,
                                    ◄─ Outcome ─────  verify, time
@@ -65,8 +66,10 @@ class Worker:
         startup_s: float = STARTUP_S,
         candidate_timeout: float = CANDIDATE_S,
         features: tuple[str, ...] | None = None,
+        index: int | None = None,
     ):
         self.expected_fingerprint = fingerprint  # the tuner's device: the worker must match
+        self.index = index  # the adapter's in device.list_adapters() (None: the first match)
         self.features = features  # the tuner's device's (None: the adapter's)
         self.startup_s = startup_s
         self.candidate_timeout = candidate_timeout  # a candidate's deadline (compile to time)
@@ -94,7 +97,7 @@ class Worker:
             self._start()
         if self.ready_for != self.setup:
             try:
-                device = (self.expected_fingerprint, self.features)
+                device = (self.expected_fingerprint, self.features, self.index)
                 self.connection.send(("setup", *self.setup, *device))
             except OSError:
                 pass  # it died at start: _answer sees that
@@ -299,10 +302,10 @@ def serve(connection: Connection, evaluate=evaluate) -> int:
         if kind == "exit":
             return 0
         if kind == "setup":
-            _, problem, seed, checks, fingerprint, features = message
+            _, problem, seed, checks, fingerprint, features, index = message
             compiling.clear()
-            try:
-                gpu = gpu_matching(fingerprint, features)  # the tuner's adapter and features
+            try:  # the tuner's adapter (one of identical GPUs: by index) and features
+                gpu = gpu_matching(fingerprint, features, index)
                 reference = Reference(problem, seed)
             except Exception as error:
                 connection.send(("error", f"{type(error).__name__}: {error}"))

@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     print(f"{gpu.summary}; {problem}; {args.timeout:g} s of search per setting")
     for ahead in args.ahead:
         compile_s = []
-        with Worker(gpu.fingerprint.as_dict()) as worker:
+        with Worker(gpu.fingerprint.as_dict(), index=gpu.index) as worker:
             worker.prepare(problem, reference_seed(0), checks)
             result = search(
                 problem,

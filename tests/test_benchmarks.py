@@ -186,3 +186,10 @@ def test_mlp_runs_chained_on_its_own_device_and_checks_the_result(gpu, cache_dir
     assert len(report["sources"]) == 3  # one kernel per layer
     assert report["seconds"]["chained"] > 0 and report["seconds"]["round_trips"] > 0
     assert "round trips" in (tmp_path / "mlp" / "mlp.md").read_text()
+
+
+def test_gpus_compares_one_gpu_with_two_quick(gpu, cache_dir, tmp_path):
+    out = run_script("gpus.py", "--quick", cwd=tmp_path)
+    rates = re.findall(r"= (\d+)/min", out)
+    assert len(rates) == 2 and all(int(rate) > 0 for rate in rates), out
+    assert re.search(r"ratio: \d+\.\d\dx", out) and re.search(r"model \(3 problems", out), out

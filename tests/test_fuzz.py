@@ -245,11 +245,11 @@ SHAPE_OPTIONS += ["--accumulate", "--checks", "--cache"]
 OPTIONS = {
     "tune": SHAPE_OPTIONS
     + ["--shapes-from", "--model", "--radius", "--trials", "--timeout", "--template"]
-    + ["--sampler", "--storage", "--seed"],
-    "lookup": SHAPE_OPTIONS + ["--json", "--wgsl"],
-    "export": SHAPE_OPTIONS + ["--out", "--portable", "--trials"],
-    "demo": ["--shape"],
-    "devices": [],
+    + ["--sampler", "--storage", "--seed", "--gpus", "--adapter"],
+    "lookup": SHAPE_OPTIONS + ["--json", "--wgsl", "--adapter"],
+    "export": SHAPE_OPTIONS + ["--out", "--portable", "--trials", "--adapter"],
+    "demo": ["--shape", "--adapter"],
+    "devices": ["--adapter"],
     "cache": ["merge", "--out"],
 }
 FLAGS = {"--shared-b", "--json", "--wgsl", "--portable", "--help", "-h"}
@@ -272,6 +272,8 @@ GOOD_VALUES = {
     "--storage": ["sqlite:///study.db"],
     "--seed": ["0", "7"],
     "--out": ["out", "merged.json"],
+    "--gpus": ["1", "all", "2", "0,1"],
+    "--adapter": ["no adapter has this name", "llvmpipe:99"],  # (none reaches a GPU)
 }
 # Hostile values, by the kind of option. Special files: "zero" links to /dev/zero, "fifo"
 # is a named pipe (never a storage URL: SQLite would wait on it). Not here: network
@@ -293,6 +295,8 @@ SQLITE_FILES = PATHS.filter(lambda path: "fifo" not in path).map(lambda p: "sqli
 STORAGE_URLS = st.sampled_from(["", "sqlite://", "nosuch://x", "sqlite:///folder"]) | SQLITE_FILES
 HOSTILE_VALUES = {name: PATHS for name in ("--cache", "--out", "--shapes-from", "--model")}
 HOSTILE_VALUES["--storage"] = STORAGE_URLS
+# ("0" would be a real adapter: the fixture's AUTOTUNE_ADAPTER keeps every GPU out)
+HOSTILE_VALUES["--adapter"] = st.sampled_from(["", " ", "a:b", ":1", "x:", "99", "-1", "a\nb"])
 
 
 @pytest.fixture

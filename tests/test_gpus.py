@@ -1,0 +1,318 @@
+"""Choosing adapters, and several GPUs tuning one study (autotune/gpus.py).
+
+lavapipe is one Vulkan adapter: the runs of two GPUs here are lavapipe twice ([0, 0],
+allowed only with repeat_gpus, a testing aid: on a real host it would put two timings
+on one GPU). What is checked comes from the runs' own records (the study, the cache, the
+start and end time of every candidate on each GPU), not from how the pool is written.
+"""
+
+import json
+import os
+import signal
+from dataclasses import replace
+
+import optuna
+import pytest
+from faulty import faults
+from rich.console import Console
+from test_faults import workers_of_this_process
+
+import autotune
+from autotune import device, gpus
+from autotune.__main__ import _TuneDisplay, main
+from autotune.compile import compile_shader
+from autotune.device import AdapterChoice, AdapterError
+from autotune.problem import Problem
+from autotune.render import render
+from autotune.tune import TuneError, TuneOptions
+from autotune.verify import verify
+from autotune.worker import Worker, WorkerError
+
+PROBLEM = Problem(64, 64, 64)
+TWO = dict(gpus=[0, 0], repeat_gpus=True, templates=["tiled"], seed=1)
+
+
+# --- choosing an adapter ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value, choice",
+    [
+        (None, AdapterChoice()),
+        ("", AdapterChoice()),
+        ("1", AdapterChoice(index=1)),
+        (0, AdapterChoice(index=0)),
+        (" NVIDIA ", AdapterChoice("nvidia")),
+        ("nvidia:1", AdapterChoice("nvidia", 1)),
+        ("vulkan:0", AdapterChoice("vulkan", 0)),
+    ],
+)
+def test_adapter_choice_is_an_index_a_word_or_both(value, choice):
+    assert AdapterChoice.parse(value) == choice
+    assert AdapterChoice.parse(str(choice)) == choice  # (as it is shown in messages)
+
+
+@pytest.mark.parametrize("value", ["a:b", ":1", "nvidia:", "a:b:1", "-1:", -1, True, 1.5, []])
+def test_bad_adapter_choice_names_the_field(value):
+    with pytest.raises(AdapterError, match="^adapter must be an index") as raised:
+        AdapterChoice.parse(value)
+    assert raised.value.field == "adapter" and isinstance(raised.value, ValueError)
+
+
+def test_adapter_by_index_and_word_index(gpu):
+    adapters = device.list_adapters()
+    first = device.gpu_at(0)
+    assert first.index == 0 and first.fingerprint == device.Fingerprint.of(adapters[0])
+    assert device.gpu_at("llvmpipe:0") is first  # one Gpu per adapter
+    word = gpu.fingerprint.backend.lower()
+    same = [i for i, a in enumerate(adapters) if device.AdapterChoice(word).matches(a)]
+    for position, index in enumerate(same):  # the n-th of those matching, found untouched
+        assert device.choose_adapter(AdapterChoice(word, position))[1] == index
+    for bad, why in [(len(adapters), "out of range"), ("no-such-gpu:0", "matches no adapter")]:
+        with pytest.raises(AdapterError, match=why) as raised:
+            device.gpu_at(bad)
+        assert raised.value.field == "adapter" and "0: llvmpipe" in str(raised.value)
+
+
+def test_bad_adapter_in_the_environment_names_the_variable(gpu, monkeypatch):
+    monkeypatch.setenv(device.ADAPTER_ENV, "llvmpipe:99")
+    with pytest.raises(AdapterError, match="AUTOTUNE_ADAPTER 'llvmpipe:99' is out of range"):
+        device.get_gpu()
+
+
+def test_worker_opens_the_adapter_of_its_index(gpu):
+    fingerprint = gpu.fingerprint.as_dict()
+    with Worker(fingerprint, index=0) as worker:
+        worker.prepare(PROBLEM, 1, True)  # the fingerprint at index 0 is the tuner's
+    missing = len(device.list_adapters())
+    with Worker(fingerprint, index=missing) as worker:
+        with pytest.raises(WorkerError, match=f"adapter {missing} here is not"):
+            worker.prepare(PROBLEM, 1, True)
+
+
+def test_cli_refuses_bad_adapters_and_gpus_by_name(gpu, capsys, monkeypatch):
+    for argv, said in [
+        (["devices", "--adapter", "99"], "argument --adapter: adapter '99' is out of range"),
+        (["lookup", "--shape", "8x8x8", "--adapter", "a:b"], "argument --adapter: adapter must"),
+        (["tune", "--shape", "8x8x8", "--gpus", "x"], "argument --gpus: gpus must be"),
+        (["tune", "--shape", "8x8x8", "--gpus", "0,0"], "argument --gpus: gpus '0,0' names"),
+        (["tune", "--shape", "8x8x8", "--gpus", "99"], "argument --gpus: gpus '99': there are"),
+    ]:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"autotune: error: {said}") and err.count("\n") == 1, err
+    monkeypatch.setenv(device.ADAPTER_ENV, "no-such-gpu:1")
+    assert main(["devices"]) == 2
+    assert capsys.readouterr().err.startswith("autotune: error: AUTOTUNE_ADAPTER 'no-such-gpu:1'")
+
+
+def test_devices_lists_adapters_by_index_and_marks_the_chosen(gpu, capsys):
+    assert main(["devices", "--adapter", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "* 0: llvmpipe" in out
+    assert main(["lookup", "--shape", "8x8x8", "--adapter", "0", "--no-estimate", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["device"] == device.gpu_at(0).summary
+
+
+# --- choosing GPUs ------------------------------------------------------------------------
+
+
+def test_gpus_all_a_count_or_indices(gpu):
+    vulkan = sum(a.info["backend_type"] == gpu.fingerprint.backend for a in device.list_adapters())
+    assert vulkan == 1  # lavapipe: one adapter of its backend, so one GPU ...
+    for one in (None, 1, "1", "all", " ALL "):
+        assert gpus.choose(one, gpu) is None  # ... and a tune as ever
+    assert gpus.choose([0, 0], gpu, repeat=True) == (0, 0)
+    assert gpus.choose("0, 0", gpu, repeat=True) == (0, 0)
+    for bad, why in [
+        ([0, 0], "names an adapter twice"),
+        (2, "there are 1 adapter"),
+        ([99, 0], "there is no adapter 99"),
+        (0, "gpus must be"),
+        (True, "gpus must be"),
+        ("0,x", "gpus must be"),
+        ([], "gpus must be"),
+    ]:
+        with pytest.raises(TuneError, match=why) as raised:
+            gpus.choose(bad, gpu, error=TuneError)
+        assert raised.value.field == "gpus"
+    with pytest.raises(TuneError, match="not with an evaluator"):
+        TuneOptions.checked(**TWO, evaluator=lambda problem: None)
+
+
+def test_gpus_unlike_the_tuners_are_refused_by_name(gpu):
+    fingerprint = gpu.fingerprint
+    other = replace(fingerprint, device="Another GPU", device_id=7)
+    named = [("0", gpu.summary, fingerprint), ("3", "Another GPU (DiscreteGPU)", other)]
+    with pytest.raises(TuneError, match="mixes GPUs that are not identical") as raised:
+        gpus.refuse_mixed(named, fingerprint, "0,3", TuneError)
+    message = str(raised.value)
+    assert "adapter 3: Another GPU" in message and "device, device_id differ" in message
+    assert "adapter 0" not in message and raised.value.field == "gpus"
+    gpus.refuse_mixed(named[:1] * 2, fingerprint)  # identical ones pass
+
+
+def test_cli_refuses_a_study_over_two_backends(gpu, capsys):
+    """lavapipe is listed by Vulkan and by OpenGL: another fingerprint of this machine."""
+    adapters = device.list_adapters()
+    other = [i for i, a in enumerate(adapters) if device.Fingerprint.of(a) != gpu.fingerprint]
+    if not other:
+        pytest.skip("one adapter only: tests/test_gpus.py checks the refusal without it")
+    argv = ["tune", "--shape", "8x8x8", "--adapter", "0", "--gpus", f"0,{other[0]}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "argument --gpus: gpus" in err and f"adapter {other[0]}:" in err, err
+
+
+# --- several GPUs, one study ----------------------------------------------------------------
+
+
+def no_overlap_per_gpu(events) -> dict[str, int]:
+    """Each GPU's candidates one after another, from their recorded start and end times;
+    how many each measured."""
+    by_gpu = {}
+    for event in events:
+        by_gpu.setdefault(event["gpu"], []).append((event["started"], event["ended"]))
+    for label, spans in by_gpu.items():
+        spans.sort()
+        for (_, ended), (started, _) in zip(spans, spans[1:], strict=False):
+            assert started >= ended, f"gpu {label} timed two candidates at once"
+    return {label: len(spans) for label, spans in by_gpu.items()}
+
+
+def verified(problem, config, gpu) -> bool:
+    return verify(compile_shader(render(config, problem), gpu), gpu).ok
+
+
+@pytest.mark.slow
+def test_two_gpus_share_one_study_and_lose_nothing(gpu, cache_dir, tmp_path):
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    events = []
+    result = autotune.tune(
+        *(PROBLEM.M, PROBLEM.N, PROBLEM.K), trials=8, storage=url, cache_dir=cache_dir,
+        on_trial=events.append, **TWO,
+    )  # fmt: skip
+    counts = no_overlap_per_gpu(events)
+    assert sorted(counts) == ["0", "0.1"] and sum(counts.values()) == 8
+    assert result.search.measured == result.search.study_trials == 8
+    study = optuna.load_study(study_name=result.search.study_name, storage=url)
+    measured = [t for t in study.trials if "reason" in t.user_attrs]
+    assert len(measured) == 8 and len({t.user_attrs["config"] for t in measured}) == 8
+    assert {t.user_attrs["gpu"] for t in measured} == {"0", "0.1"}  # who measured what
+    assert all(t.state != optuna.trial.TrialState.RUNNING for t in study.trials)
+    stored = json.loads(result.cache_path.read_text())["entries"]
+    assert [e["params"] for e in stored.values()] == [result.entry.config.as_dict()]
+    assert verified(PROBLEM, result.entry.config, gpu)
+    kernel = autotune.lookup(*(PROBLEM.M, PROBLEM.N, PROBLEM.K), cache_dir=cache_dir)
+    assert kernel.source == "exact" and kernel.config == result.entry.config
+    assert workers_of_this_process() == []
+
+
+@pytest.mark.slow
+def test_problems_are_spread_over_the_gpus_in_memory(gpu, cache_dir):
+    """An in-memory study per problem; each GPU's row in the progress display."""
+    problems = [Problem(64, 64, 64), Problem(32, 64, 48), Problem(48, 32, 32)]
+    console = Console(width=200, record=True, force_terminal=False)
+    display = _TuneDisplay(console, 4, "/4", sequential=False)
+    display.count, events = len(problems), []
+
+    def on_trial(event):
+        events.append(event)
+        display.trial(event)
+
+    with display:
+        results = autotune.tune_many(
+            problems, trials=4, cache_dir=cache_dir, on_trial=on_trial, on_start=display.start,
+            **TWO,
+        )  # fmt: skip
+        display.finish(results)
+    assert [r.problem for r in results] == problems
+    assert all(r.entry and r.search.study_trials == 4 for r in results)
+    assert sum(no_overlap_per_gpu(events).values()) == 12  # across problems too
+    assert {e["gpu"] for e in events} == {"0", "0.1"}
+    for result in results:
+        assert verified(result.problem, result.entry.config, gpu)
+    shown = console.export_text()
+    assert "gpu 0 " in shown and "gpu 0.1" in shown and "last 48x32x32" in shown
+
+
+@pytest.fixture
+def breakable(monkeypatch):
+    """Workers through tests/faulty, none of them faulty until a test breaks one."""
+    faults.plant(monkeypatch)
+    monkeypatch.setenv(faults.ENV, "{}")
+
+
+def break_gpu(event) -> None:
+    """The worker that measured this candidate dies, and cannot be started again."""
+    worker = event["evaluator"]
+    worker.child = "gone"
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.process.wait(10)  # dead before its next candidate (else that one is "crashed")
+
+
+@pytest.mark.slow
+def test_a_lost_gpu_leaves_and_the_other_finishes_the_study(gpu, cache_dir, breakable, capfd):
+    events = []
+
+    def on_trial(event):
+        events.append(event)
+        if event["gpu"] == "0.1":
+            break_gpu(event)
+
+    # (12: more than GPU 0 can measure while GPU 0.1 measures its first, so 0.1 comes back)
+    result = autotune.tune(
+        *(PROBLEM.M, PROBLEM.N, PROBLEM.K), trials=12, cache_dir=cache_dir, on_trial=on_trial,
+        **TWO,
+    )  # fmt: skip
+    counts = no_overlap_per_gpu(events)
+    assert counts["0.1"] == 1 and counts["0"] == 11  # its claims went back to the study
+    assert result.search.study_trials == 12 and result.entry is not None
+    assert verified(PROBLEM, result.entry.config, gpu)
+    err = capfd.readouterr().err
+    assert "autotune: gpu 0.1 is out: " in err and "this GPU is gone" in err
+    assert "1 of 2 GPUs go on" in err
+    assert workers_of_this_process() == []
+
+
+@pytest.mark.slow
+def test_the_tune_fails_only_when_every_gpu_is_lost(gpu, cache_dir, breakable, capfd):
+    with pytest.raises(WorkerError, match="every GPU is out .*gpu 0: .*gpu 0.1: "):
+        autotune.tune(
+            *(PROBLEM.M, PROBLEM.N, PROBLEM.K), trials=6, cache_dir=cache_dir,
+            on_trial=break_gpu, **TWO,
+        )  # fmt: skip
+    assert capfd.readouterr().err.count(" is out: ") == 2
+    assert workers_of_this_process() == []
+
+
+def test_a_gpu_is_out_after_lost_devices_in_a_row():
+    from autotune.evaluate import Outcome
+    from autotune.search import LOST_AFTER, Lane
+    from autotune.space import Config
+
+    lane, config = Lane(evaluator=None, label="3"), Config.make("tiled", {})
+    for reason in ["device-lost", "crashed", "wrong"] + ["device-lost"] * (LOST_AFTER - 1):
+        lane.note(Outcome(config, reason=reason))  # (a candidate's own fault resets it)
+    assert lane.out is None
+    lane.note(Outcome(config, reason="crashed"))
+    assert lane.out.startswith(f"{LOST_AFTER} candidates in a row lost the device")
+
+
+@pytest.mark.slow
+def test_gpus_losing_their_device_leave_and_a_bad_problem_fails_the_tune(
+    gpu, cache_dir, monkeypatch, capfd
+):
+    """Every candidate destroys its worker's device (as a driver reset would): each GPU
+    leaves after search.LOST_AFTER in a row. A problem refused in one GPU's thread fails
+    the whole tune with its own error."""
+    faults.plant(monkeypatch)
+    monkeypatch.setenv(faults.ENV, json.dumps({"evaluate": "lose-device"}))
+    with pytest.raises(WorkerError, match="every GPU is out .*3 candidates in a row lost"):
+        autotune.tune(*(PROBLEM.M, PROBLEM.N, PROBLEM.K), trials=12, cache_dir=cache_dir, **TWO)
+    assert capfd.readouterr().err.count(" is out: 3 candidates in a row") == 2
+    monkeypatch.setenv(faults.ENV, "{}")
+    too_big = Problem(1, 2**16, 2**16)  # B alone is 16 GiB
+    with pytest.raises(autotune.ProblemError, match="max"):
+        autotune.tune_many([PROBLEM, too_big], trials=2, cache_dir=cache_dir, **TWO)
+    assert workers_of_this_process() == []
