@@ -34,7 +34,7 @@ def run_in_chromium(url: str, timeout: float = 240) -> list[str]:
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         pytest.fail("chromium is not installed (.ci/setup installs it)")
-    # Chromium's helper processes may still write the profile while they exit.
+    # Chromium's child processes may still write the profile while they exit.
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile:
         command = [
             browser,

@@ -4,6 +4,7 @@ reload, a candidate that fails on the device skipped, and the demo page."""
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -161,7 +162,9 @@ def test_a_set_picks_checks_and_reuses_its_choice_in_chromium(gpu, tmp_path, cac
     folder = tmp_path / "bundles"
     export(kernel, folder, "cset", candidates=3, cache_dir=cache_dir)
     broken = broken_copy(folder, "cset", 1)
-    results = run_bundles(folder, ["cset", broken], f"&wallclock={broken}")
+    shutil.copy(folder / "cset.js", folder / "cset_copy.js")  # the same bundle, another URL
+    query = f"&wallclock={broken}&othergpu=cset_copy"
+    results = run_bundles(folder, ["cset", broken, "cset_copy"], query)
     first, reloaded = results["cset"], results["cset@reload"]
     assert first["ok"] and first["errors"] == [] and first["skipped"] == [], first
     assert first["selected"]["how"] == "timed"
@@ -181,7 +184,14 @@ def test_a_set_picks_checks_and_reuses_its_choice_in_chromium(gpu, tmp_path, cac
     assert [s["index"] for s in skipping["skipped"]] == [1] and skipping["skipped"][0]["why"]
     assert [t["index"] for t in skipping["timings"]] == [0, 2]
     assert all(t["method"] == "wall clock" for t in skipping["timings"])
+    # the reload builds the stored candidate alone: the broken one is not tried again
     assert results[f"{broken}@reload"]["selected"]["how"] == "stored"
+    assert results[f"{broken}@reload"]["skipped"] == []
+    # the same bundle on the same GPU reuses the choice; on another GPU it times again
+    assert results["cset_copy"]["selected"] == first["selected"] | {"how": "stored"}
+    again = results["cset_copy@reload"]
+    assert again["ok"] and again["selected"]["how"] == "timed", again
+    assert all(t["repeats"] >= 1 and t["median"] > 0 for t in again["timings"])
 
 
 def load_serve():

@@ -80,6 +80,7 @@ SHAPES = [  # M, N, K, weights, dtype, epilogue, batch: edges everywhere, K past
     (5, 33, 130, "q4g64z", "f32", "alpha,beta", 2),
     (64, 72, 300, "q4g128", "f32", "none", 1),
     (20, 40, 96, "q4g32", "f16", "relu", 1),
+    (40, 37, 595, "q4g32z", "f32", "none", 1),  # three words of zero points a row
 ]
 
 
@@ -89,6 +90,7 @@ DECODE_SHAPES = [  # qdotv's: M <= 16
     (7, 70, 200, "q4g32z", "f32", "bias,gelu", 1),
     (16, 72, 300, "q4g128", "f32", "alpha,beta", 1),
     (9, 40, 96, "q4g32", "f16", "relu", 1),
+    (5, 37, 595, "q4g32z", "f32", "none", 1),  # three words of zero points a row
 ]
 
 
@@ -142,7 +144,27 @@ def _faulty(source: str, old: str, new: str) -> str:
 def test_verification_refuses_a_wrong_int8_kernel(
     tmp_path, monkeypatch, template, weights, old, new
 ):
+    assert _refused(tmp_path, monkeypatch, template, (old, new), weights, K=256)
+
+
+@pytest.mark.parametrize(
+    ("template", "old", "new"),
+    [
+        ("qdot", "zeros[n * {{ ZW }}u + g / 8u]", "zeros[n + g / 8u]"),
+        ("qdotv", "zeros[n{{ c }} * {{ ZW }}u + g / 8u]", "zeros[n{{ c }} + g / 8u]"),
+    ],
+)
+def test_verification_refuses_a_wrong_row_of_zero_points(tmp_path, monkeypatch, template, old, new):
+    """K = 595 in groups of 32: three words of zero points a row, so each row's start
+    matters (at K <= 256 every row has one word)."""
+    assert _refused(tmp_path, monkeypatch, template, (old, new), "q4g32z", K=595)
+
+
+def _refused(tmp_path, monkeypatch, template, fault, weights, K) -> bool:
+    """Whether verification refuses `template` with its line fault[0] written as fault[1]."""
     from autotune.data import data_path
+
+    old, new = fault
 
     folder = data_path("templates")
     include = '{% include "_quantize_activations.wgsl.j2" %}'  # inlined: its text is edited too
@@ -154,11 +176,11 @@ def test_verification_refuses_a_wrong_int8_kernel(
     monkeypatch.setenv("AUTOTUNE_TEMPLATE_PATH", str(tmp_path))
     gpu = get_gpu()
     # the amax of each row is 127.x steps only with outliers: a clamp of 126 shows there
-    problem = Problem(4, 40, 256, "f32", "nt", 2, True, weights=weights, activations="q8")
+    problem = Problem(4, 40, K, "f32", "nt", 2, True, weights=weights, activations="q8")
     reference = Reference(problem, seed=3)
     config = load_space("qdotbad").seed_configs(problem, gpu.limits)[-1]
     compiled = compile_shader(render(config, problem), gpu, checks=True)
-    assert not verify(compiled, gpu, reference=reference).ok
+    return not verify(compiled, gpu, reference=reference).ok
 
 
 def test_matmul_with_int8_activations_matches_numpy():

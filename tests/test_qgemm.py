@@ -42,6 +42,8 @@ ODD = [
     Problem(100, 50, 130, "f32", "nt", epilogue="bias,gelu", weights="q4g64"),
     Problem(37, 70, 200, "f16", "nt", epilogue="alpha,beta,relu", weights="q4g128z"),
     Problem(20, 36, 64, "f32", "nt", 2, True, "bias", weights="q8"),
+    # 19 groups a row: three words of zero points per row (their row stride)
+    Problem(40, 37, 595, "f32", "nt", weights="q4g32z"),
 ]
 
 

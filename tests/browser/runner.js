@@ -74,6 +74,15 @@ async function runBundle(name) {
            config: manifest.config };
 }
 
+// The adapter's info as a set named in ?othergpu= sees it on the reload: another GPU of
+// the same browser (the same vendor, another architecture).
+function infoFor(name, adapter) {
+  const info = adapter.info;
+  if (!reloaded || !(params.get("othergpu") ?? "").split(",").includes(name)) return info;
+  return { vendor: info.vendor, architecture: `${info.architecture} (another)`,
+           device: info.device, description: info.description };
+}
+
 // A candidate set: createGemm's selection on this device, then the selected kernel
 // checked; with what was timed, stored and skipped.
 async function runCandidates(name, createGemm, manifest) {
@@ -82,7 +91,7 @@ async function runCandidates(name, createGemm, manifest) {
   const device = await requestDeviceFor(adapter, manifest.candidates, { timestamps: !wallClock });
   const uncaptured = [];
   device.addEventListener("uncapturederror", (event) => uncaptured.push(event.error.message));
-  const gemm = await createGemm(device, { ...scalarsOf(manifest), adapterInfo: adapter.info });
+  const gemm = await createGemm(device, { ...scalarsOf(manifest), adapterInfo: infoFor(name, adapter) });
   device.pushErrorScope("validation");
   const checked = await checkGemm(device, gemm);
   const validation = await device.popErrorScope();
@@ -170,7 +179,7 @@ if (!adapter) {
 }
 if (sets.length && !reloaded) {
   location.search = `?bundles=${sets.join(",")}&wallclock=${params.get("wallclock") ?? ""}` +
-                    "&reloaded=1";
+                    `&othergpu=${params.get("othergpu") ?? ""}&reloaded=1`;
 } else {
   console.log("AUTOTUNE_DONE");
 }
