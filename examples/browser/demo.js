@@ -49,7 +49,7 @@ function showCandidates(manifest, gemm) {
     const row = document.createElement("tr");
     if (index === gemm.selected.index) row.className = "selected";
     const cells = [index, describe(m.config), m.provenance.chosen_as,
-                   timing ? timing.median.toFixed(3) : "", state];
+                   Number.isFinite(timing?.median) ? timing.median.toFixed(3) : "", state];
     for (const text of cells) {
       const cell = row.insertCell();
       cell.textContent = String(text);
