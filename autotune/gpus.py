@@ -10,7 +10,7 @@ per GPU, each driving that GPU's worker (a search.Lane): a thread begins a probl
 GPU has begun (the worker's float64 reference, the baseline), else joins the begun
 problem with the fewest GPUs while its study wants more trials, else waits. The last
 GPU to leave a problem times its finalists again and keeps the best. What tuning a
-problem is, the session, is tune.py's; this module decides only which GPU does what.
+problem is (a Job) is tune.py's; this module decides only which GPU does what.
 A GPU times one candidate at a time: its thread waits for its worker's answer before
 it takes the next.
 
@@ -177,7 +177,7 @@ def lanes(indices: Sequence[int], gpu: Gpu, candidate_timeout: float, stack) -> 
 # --- who does what ------------------------------------------------------------------------
 
 
-class Session(Protocol):
+class Job(Protocol):
     """One problem's tune as the pool runs it (tune.py's)."""
 
     search: Search  # made by begin
@@ -197,7 +197,7 @@ class _Run:
 
     def __init__(self, index: int, problem: Problem):
         self.index, self.problem = index, problem
-        self.session: Session | None = None
+        self.job: Job | None = None
         self.lanes: set[Lane] = set()  # those working on it now
         self.open = False  # begun: GPUs may join while its study wants more
         self.ending = False  # ended, or being ended: none joins
@@ -219,12 +219,12 @@ class Pool:
     def tune(
         self,
         problems: Sequence[Problem],
-        session_of: Callable[[Problem], Session],
+        job_of: Callable[[Problem], Job],
         on_start: Callable[[Problem, int], None] | None = None,
     ) -> list:
-        """Each problem's session's result, in order. `on_start(problem, index)` as each
+        """Each problem's job's result, in order. `on_start(problem, index)` as each
         is begun, one call at a time."""
-        self.session_of, self.on_start = session_of, on_start
+        self.job_of, self.on_start = job_of, on_start
         self.queue.extend(enumerate(problems))
         self.started: set[int] = set()
         threads = [
@@ -265,8 +265,8 @@ class Pool:
     def _fail(self, error: BaseException) -> None:
         with self.changed:
             self.failure = self.failure or error
-            for run in self.runs:  # (a session being begun may have no search yet)
-                search = getattr(run.session, "search", None)
+            for run in self.runs:  # (a job being begun may have no search yet)
+                search = getattr(run.job, "search", None)
                 if search is not None:
                     search.stop()
             self.changed.notify_all()
@@ -291,7 +291,7 @@ class Pool:
                 if self.queue:
                     return self._begin, self._take()
                 for run in self.runs:  # being begun: prepare meanwhile (start a worker)
-                    if run.session is not None and not run.open and lane not in run.warmed:
+                    if run.job is not None and not run.open and lane not in run.warmed:
                         run.warmed.add(lane)
                         return self._warm, run
                 joinable = [run for run in self.runs if self._joinable(run)]
@@ -313,18 +313,18 @@ class Pool:
         return run
 
     def _joinable(self, run: _Run) -> bool:
-        return run.open and not run.ending and run.session.search.wants_more()
+        return run.open and not run.ending and run.job.search.wants_more()
 
     def _live(self) -> list[Lane]:
         return [lane for lane in self.lanes if not lane.out]
 
     def _begin(self, lane: Lane, run: _Run) -> None:
-        session = self.session_of(run.problem)
+        job = self.job_of(run.problem)
         with self.changed:
-            run.session = session
+            run.job = job
             self.changed.notify_all()
         try:
-            session.begin(lane.evaluator)
+            job.begin(lane.evaluator)
         except WorkerError as error:  # this GPU is gone: another begins the problem
             lane.out = str(error)
             with self.changed:
@@ -342,22 +342,22 @@ class Pool:
     def _warm(self, lane: Lane, run: _Run) -> None:
         """Prepare this GPU's worker for a problem another GPU is beginning."""
         try:
-            run.session.prepare(lane.evaluator)
+            run.job.prepare(lane.evaluator)
         except WorkerError as error:
             lane.out = str(error)
             self._announce(lane)
 
     def _join(self, lane: Lane, run: _Run) -> None:
         try:
-            run.session.prepare(lane.evaluator)
+            run.job.prepare(lane.evaluator)
         except WorkerError as error:
             lane.out = str(error)
         else:
-            run.session.search.work(lane)
+            run.job.search.work(lane)
         self._leave(lane, run)
 
     def _work(self, lane: Lane, run: _Run) -> None:
-        run.session.search.work(lane)
+        run.job.search.work(lane)
         self._leave(lane, run)
 
     def _leave(self, lane: Lane, run: _Run) -> None:
@@ -368,7 +368,7 @@ class Pool:
         with self.changed:
             run.lanes.discard(lane)
             ends = self.failure is None and not run.lanes and not run.ending
-            ends = ends and not run.session.search.wants_more()
+            ends = ends and not run.job.search.wants_more()
             if ends:
                 run.ending = True
                 run.orphaned = bool(lane.out)
@@ -377,7 +377,7 @@ class Pool:
             self._end(lane, run)
 
     def _end(self, lane: Lane, run: _Run) -> None:
-        result = run.session.end(lane.evaluator)
+        result = run.job.end(lane.evaluator)
         with self.changed:
             self.results[run.index] = result
             self.changed.notify_all()

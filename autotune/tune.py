@@ -277,7 +277,7 @@ def tune_problem(problem: Problem, options: TuneOptions) -> TuneResult:
 class _Tuning:
     """One problem's tune in steps: `begin` (the baseline, the search set up), the search
     (run on one evaluator, or worked by several: autotune.gpus), `end` (the finalists
-    timed again, the best kept). A Session of autotune.gpus.Pool."""
+    timed again, the best kept). A Job of autotune.gpus.Pool."""
 
     def __init__(self, problem: Problem, options: TuneOptions):
         o = self.options = options
