@@ -17,7 +17,8 @@ it takes the next.
 A GPU whose worker cannot be restarted, or whose candidates lose the device or crash
 the worker search.LOST_AFTER times in a row, is taken out with a line on stderr; its
 claims go back to the study and the other GPUs go on. Only when every GPU is out does
-the tune fail (WorkerError).
+the tune fail (WorkerError). A failure in any thread, or Ctrl-C, stops them all
+(`Pool.stopping`, the workers abandoned) before the tune raises.
 
 Repeating an index (`repeat=True`; TuneOptions.repeat_gpus) is a testing aid: lavapipe
 is one adapter, and [0, 0] stands in for two GPUs. On a real host it would put two
@@ -178,7 +179,8 @@ def lanes(indices: Sequence[int], gpu: Gpu, candidate_timeout: float, stack) -> 
 
 
 class Job(Protocol):
-    """One problem's tune as the pool runs it (tune.py's)."""
+    """One problem's tune as the pool runs it (tune.py's), made by the pool's `job_of(
+    problem, stopping)`: its search stops when the pool's `stopping` Event is set."""
 
     search: Search  # made by begin
 
@@ -212,6 +214,7 @@ class Pool:
         self.lanes = list(lanes)
         self.changed = threading.Condition()
         self.failure: BaseException | None = None
+        self.stopping = threading.Event()  # set on a failure or Ctrl-C: every search stops
         self.queue: deque[tuple[int, Problem]] = deque()
         self.runs: list[_Run] = []
         self.results: dict[int, object] = {}
@@ -219,7 +222,7 @@ class Pool:
     def tune(
         self,
         problems: Sequence[Problem],
-        job_of: Callable[[Problem], Job],
+        job_of: Callable[[Problem, threading.Event], Job],
         on_start: Callable[[Problem, int], None] | None = None,
     ) -> list:
         """Each problem's job's result, in order. `on_start(problem, index)` as each
@@ -231,20 +234,24 @@ class Pool:
             threading.Thread(target=self._drive, args=(lane,), name=f"gpu {lane.label}")
             for lane in self.lanes
         ]
+        self.running = len(threads)
         for thread in threads:
             thread.daemon = True  # (a hard exit does not wait for a worker's answer)
             thread.start()
         try:
-            for thread in threads:
-                while thread.is_alive():
-                    thread.join(WAIT_S)
+            self._wait()
         except BaseException:  # Ctrl-C: stop every GPU now
             self._fail(KeyboardInterrupt())
-            self._kill_workers()
-            for thread in threads:
-                thread.join(10)
+            self._wait()  # (their workers are killed: each thread's answer comes at once)
             raise
         return self._results(len(problems))
+
+    def _wait(self) -> None:
+        """Until every thread is done. (Not Thread.join: on Python 3.11 a Ctrl-C inside
+        join marks the thread stopped while it still runs, so a later join returns.)"""
+        with self.changed:
+            while self.running:
+                self.changed.wait(WAIT_S)
 
     def _results(self, count: int) -> list:
         if self.failure is not None:
@@ -261,21 +268,22 @@ class Pool:
                 step[0](lane, step[1])
         except BaseException as error:  # a bug or a bad problem: the tune fails
             self._fail(error)
+        finally:
+            with self.changed:
+                self.running -= 1
+                self.changed.notify_all()
 
     def _fail(self, error: BaseException) -> None:
+        """Stop every GPU: no search claims or records more (a job being begun too, as
+        its search is made with `stopping`), and each worker is killed, not restarted
+        (its thread sees it dead and gives its trial back)."""
         with self.changed:
             self.failure = self.failure or error
-            for run in self.runs:  # (a job being begun may have no search yet)
-                search = getattr(run.job, "search", None)
-                if search is not None:
-                    search.stop()
+            self.stopping.set()
+            for lane in self.lanes:
+                with contextlib.suppress(OSError, AttributeError):
+                    lane.evaluator.abandon()
             self.changed.notify_all()
-
-    def _kill_workers(self) -> None:
-        for lane in self.lanes:  # its thread sees the worker dead and gives its trial back
-            process = getattr(lane.evaluator, "process", None)
-            with contextlib.suppress(OSError, AttributeError):
-                process.kill()
 
     def _next(self, lane: Lane):
         """(what to do, the run) for this GPU, or None: it is out, the tune failed, or
@@ -319,7 +327,7 @@ class Pool:
         return [lane for lane in self.lanes if not lane.out]
 
     def _begin(self, lane: Lane, run: _Run) -> None:
-        job = self.job_of(run.problem)
+        job = self.job_of(run.problem, self.stopping)
         with self.changed:
             run.job = job
             self.changed.notify_all()

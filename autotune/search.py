@@ -172,7 +172,8 @@ class Search:
         return cls(problem, gpu, **arguments)
 
     def __init__(self, problem, gpu, *, templates, trials, timeout, checks, sampler, storage,
-                 seed, max_dispatch_s, on_trial, evaluator, limits, compile_ahead):  # fmt: skip
+                 seed, max_dispatch_s, on_trial, evaluator, limits, compile_ahead,
+                 stopping: threading.Event | None = None):  # fmt: skip
         self.start = time.monotonic()
         self.problem, self.templates = problem, tuple(templates)
         self.trials, self.timeout, self.max_dispatch_s = trials, timeout, max_dispatch_s
@@ -199,7 +200,9 @@ class Search:
         self.lock = threading.RLock()  # proposing, claiming, recording: one lane at a time
         self.lanes: set[Lane] = set()  # those working now
         self.in_flight = 0  # claimed configs being measured now
-        self.stopping = False  # stop(): nothing more is claimed, nothing more recorded
+        # Set (by the pool of GPUs, for all its searches at once): nothing more is claimed
+        # or recorded, what is being measured is given back when it returns.
+        self.stopping = stopping if stopping is not None else threading.Event()
 
     def _seeds(self) -> list[Config]:
         spaces = [load_space(t) for t in self.templates]
@@ -224,7 +227,7 @@ class Search:
         with self.lock:
             self.lanes.add(lane)
         try:
-            while not lane.out and self._fill(lane) and not self._out_of_time():
+            while self._going(lane) and self._fill(lane) and not self._out_of_time():
                 with self.lock:
                     trial, config = lane.pending.popleft()
                     self.in_flight += 1
@@ -239,12 +242,7 @@ class Search:
     def wants_more(self) -> bool:
         """Whether another lane joining now would find configs to measure."""
         with self.lock:
-            return not self.stopping and not self._exhausted()
-
-    def stop(self) -> None:
-        """Claim nothing more and record nothing more (what is being measured is given
-        back when it returns): the tune is interrupted or failing."""
-        self.stopping = True
+            return not self.stopping.is_set() and not self._exhausted()
 
     def conclude(self) -> SearchResult:
         """The result, once no lane works any more: the study's best and finalists."""
@@ -255,11 +253,14 @@ class Search:
         result.seconds = time.monotonic() - self.start
         return result
 
+    def _going(self, lane: Lane) -> bool:
+        return not lane.out and not self.stopping.is_set()
+
     def _fill(self, lane: Lane) -> bool:
         """Claim configs until compile_ahead of them wait behind the lane's next; False:
         none."""
         with self.lock:
-            while not self.stopping and len(lane.pending) < 1 + self.compile_ahead:
+            while not self.stopping.is_set() and len(lane.pending) < 1 + self.compile_ahead:
                 claimed = self._claim()
                 if claimed is None:
                     break
@@ -324,7 +325,7 @@ class Search:
         ended = time.monotonic()
         with self.lock:
             self.in_flight -= 1
-            if outcome is None or self.stopping:  # not measured: free for another lane
+            if outcome is None or self.stopping.is_set():  # not measured: free for another lane
                 self.study.release(trial)
                 self.full = False  # (the budget may have been full of this claim)
                 return

@@ -279,8 +279,9 @@ class _Tuning:
     (run on one evaluator, or worked by several: autotune.gpus), `end` (the finalists
     timed again, the best kept). A Job of autotune.gpus.Pool."""
 
-    def __init__(self, problem: Problem, options: TuneOptions):
+    def __init__(self, problem: Problem, options: TuneOptions, stopping=None):
         o = self.options = options
+        self.stopping = stopping  # the pool's Event: set, the search stops (None: its own)
         self.problem = problem
         self.templates = o.templates or tuple(
             t for t in BUILT_IN if load_space(t).first_config(problem) is not None
@@ -319,6 +320,7 @@ class _Tuning:
             limits=self.limits,
             evaluator=evaluator,
             compile_ahead=o.compile_ahead,
+            stopping=self.stopping,
         )
 
     def end(self, evaluator: Evaluator, result: SearchResult | None = None) -> TuneResult:
@@ -354,7 +356,8 @@ def _tune_on_gpus(problems, options: TuneOptions, on_start) -> list[TuneResult]:
         lanes: list[Lane] = gpus.lanes(options.gpus, gpu, options.candidate_timeout, stack)
         pool = gpus.Pool(lanes)
         on_start = _serialized(on_start, one_at_a_time)
-        return pool.tune(problems, lambda problem: _Tuning(problem, options), on_start)
+        job_of = lambda problem, stopping: _Tuning(problem, options, stopping)  # noqa: E731
+        return pool.tune(problems, job_of, on_start)
 
 
 def _serialized(callback, lock: threading.Lock):

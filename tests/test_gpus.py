@@ -9,6 +9,9 @@ start and end time of every candidate on each GPU), not from how the pool is wri
 import json
 import os
 import signal
+import sys
+import threading
+import time
 from dataclasses import replace
 
 import optuna
@@ -27,6 +30,8 @@ from autotune.render import render
 from autotune.tune import TuneError, TuneOptions
 from autotune.verify import verify
 from autotune.worker import Worker, WorkerError
+
+TUNE = sys.modules["autotune.tune"]  # (autotune.tune is the function)
 
 PROBLEM = Problem(64, 64, 64)
 TWO = dict(gpus=[0, 0], repeat_gpus=True, templates=["tiled"], seed=1)
@@ -316,3 +321,63 @@ def test_gpus_losing_their_device_leave_and_a_bad_problem_fails_the_tune(
     with pytest.raises(autotune.ProblemError, match="max"):
         autotune.tune_many([PROBLEM, too_big], trials=2, cache_dir=cache_dir, **TWO)
     assert workers_of_this_process() == []
+
+
+def gpu_threads() -> list[str]:
+    """The pool's threads still running (a moment after the tune returned: at most
+    their last line is left)."""
+    running = [t for t in threading.enumerate() if t.name.startswith("gpu ")]
+    for thread in running:
+        thread.join(2)
+    return [t.name for t in running if t.is_alive()]
+
+
+@pytest.fixture
+def begun(monkeypatch):
+    """tune.baseline of the first problem begun sets `begun["event"]`, then waits a
+    second before measuring: whatever stops the tune meanwhile lands in its begin."""
+    begun, original = {"event": threading.Event()}, TUNE.baseline
+
+    def baseline(problem, gpu, evaluator):
+        if problem == PROBLEM:
+            begun["event"].set()
+            time.sleep(1.0)
+        elif "fail" in begun:  # the other problem: fails once the first is in its begin
+            assert begun["event"].wait(60)
+            raise RuntimeError("planted failure")
+        return original(problem, gpu, evaluator)
+
+    monkeypatch.setattr(TUNE, "baseline", baseline)
+    return begun
+
+
+@pytest.mark.slow
+def test_a_failure_stops_a_problem_being_begun(gpu, cache_dir, begun, capfd):
+    """One GPU's thread fails while the other is in its problem's begin: that problem
+    measures nothing after it, and nothing is left running."""
+    events, begun["fail"] = [], True
+    with pytest.raises(RuntimeError, match="planted failure"):
+        autotune.tune_many(
+            [PROBLEM, Problem(32, 32, 32)], trials=30, cache_dir=cache_dir,
+            on_trial=events.append, **TWO,
+        )  # fmt: skip
+    assert events == [] and gpu_threads() == [] and workers_of_this_process() == []
+    assert not any(cache_dir.glob("*.json"))
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_a_problem_is_begun_stops_every_gpu(gpu, cache_dir, begun, capfd):
+    events = []
+
+    def interrupt():  # Ctrl-C, once the first GPU is in its begin
+        begun["event"].wait(60)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        autotune.tune(
+            *(PROBLEM.M, PROBLEM.N, PROBLEM.K), trials=40, cache_dir=cache_dir,
+            on_trial=events.append, **TWO,
+        )  # fmt: skip
+    assert events == [] and gpu_threads() == [] and workers_of_this_process() == []
+    assert not any(cache_dir.glob("*.json"))
