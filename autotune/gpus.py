@@ -334,7 +334,7 @@ class Pool:
         try:
             job.begin(lane.evaluator)
         except WorkerError as error:  # this GPU is gone: another begins the problem
-            lane.out = str(error)
+            self._lose(lane, error)
             with self.changed:
                 self.runs.remove(run)
                 self.queue.appendleft((run.index, run.problem))
@@ -352,14 +352,14 @@ class Pool:
         try:
             run.job.prepare(lane.evaluator)
         except WorkerError as error:
-            lane.out = str(error)
+            self._lose(lane, error)
             self._announce(lane)
 
     def _join(self, lane: Lane, run: _Run) -> None:
         try:
             run.job.prepare(lane.evaluator)
         except WorkerError as error:
-            lane.out = str(error)
+            self._lose(lane, error)
         else:
             run.job.search.work(lane)
         self._leave(lane, run)
@@ -390,7 +390,14 @@ class Pool:
             self.results[run.index] = result
             self.changed.notify_all()
 
+    def _lose(self, lane: Lane, error: WorkerError) -> None:
+        """This GPU is out, unless the tune is stopping (then its worker was killed)."""
+        if not self.stopping.is_set():
+            lane.out = str(error)
+
     def _announce(self, lane: Lane) -> None:
+        if self.stopping.is_set() or not lane.out:  # (a Ctrl-C killed it: no GPU is lost)
+            return
         with self.changed:
             live = len(self._live())
         print(

@@ -320,7 +320,8 @@ class Search:
         except WorkerError as error:
             if lane.label is None:  # the search's only evaluator
                 raise
-            lane.out = str(error)
+            if not self.stopping.is_set():  # (stopping: its worker was killed, not lost)
+                lane.out = str(error)
             outcome = None
         ended = time.monotonic()
         with self.lock:

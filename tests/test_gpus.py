@@ -363,6 +363,7 @@ def test_a_failure_stops_a_problem_being_begun(gpu, cache_dir, begun, capfd):
         )  # fmt: skip
     assert events == [] and gpu_threads() == [] and workers_of_this_process() == []
     assert not any(cache_dir.glob("*.json"))
+    assert " is out" not in capfd.readouterr().err  # no GPU was lost
 
 
 @pytest.mark.slow
@@ -381,3 +382,4 @@ def test_ctrl_c_while_a_problem_is_begun_stops_every_gpu(gpu, cache_dir, begun, 
         )  # fmt: skip
     assert events == [] and gpu_threads() == [] and workers_of_this_process() == []
     assert not any(cache_dir.glob("*.json"))
+    assert " is out" not in capfd.readouterr().err  # no GPU was lost
