@@ -14,9 +14,10 @@ problem is (a Job) is tune.py's; this module decides only which GPU does what.
 A GPU times one candidate at a time: its thread waits for its worker's answer before
 it takes the next.
 
-A GPU whose worker cannot be restarted, or whose candidates lose the device or crash
-the worker search.LOST_AFTER times in a row, is taken out with a line on stderr; its
-claims go back to the study and the other GPUs go on. Only when every GPU is out does
+A GPU whose worker cannot be restarted, or that fails a known-good config after its
+candidates lost the device or crashed the worker search.LOST_AFTER times in a row, is
+taken out with a line on stderr; its claims go back to the study and the other GPUs go
+on. Only when every GPU is out does
 the tune fail (WorkerError). A failure in any thread, or Ctrl-C, stops them all
 (`Pool.stopping`, the workers abandoned) before the tune raises.
 

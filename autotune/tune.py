@@ -304,7 +304,8 @@ class _Tuning:
     def begin(self, evaluator: Evaluator) -> None:
         o, problem, gpu = self.options, self.problem, self.gpu
         self.prepare(evaluator)
-        self.keeper = _Keeper(problem, o, self.store, baseline(problem, gpu, evaluator), gpu)
+        base = baseline(problem, gpu, evaluator)
+        self.keeper = _Keeper(problem, o, self.store, base, gpu)
         self.search = Search.of(
             problem,
             gpu,
@@ -321,6 +322,7 @@ class _Tuning:
             evaluator=evaluator,
             compile_ahead=o.compile_ahead,
             stopping=self.stopping,
+            known_good=base.config if base and base.ok else None,
         )
 
     def end(self, evaluator: Evaluator, result: SearchResult | None = None) -> TuneResult:

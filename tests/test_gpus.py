@@ -25,8 +25,12 @@ from autotune import device, gpus
 from autotune.__main__ import _TuneDisplay, main
 from autotune.compile import compile_shader
 from autotune.device import AdapterChoice, AdapterError
+from autotune.evaluate import Outcome, Replay
+from autotune.measure import Measurement
 from autotune.problem import Problem
 from autotune.render import render
+from autotune.search import LOST_AFTER, Lane, Search
+from autotune.space import load_space
 from autotune.tune import TuneError, TuneOptions
 from autotune.verify import verify
 from autotune.worker import Worker, WorkerError
@@ -291,17 +295,43 @@ def test_the_tune_fails_only_when_every_gpu_is_lost(gpu, cache_dir, breakable, c
     assert workers_of_this_process() == []
 
 
-def test_a_gpu_is_out_after_lost_devices_in_a_row():
-    from autotune.evaluate import Outcome
-    from autotune.search import LOST_AFTER, Lane
-    from autotune.space import Config
+def replayed(gpu, trials: int, known_good) -> Search:
+    return Search.of(
+        PROBLEM, gpu, templates=("tiled",), trials=trials, timeout=None, checks=True,
+        sampler="grid", storage=None, seed=1, max_dispatch_s=None, on_trial=None,
+        evaluator=None, limits=None, compile_ahead=0, known_good=known_good,
+    )  # fmt: skip
 
-    lane, config = Lane(evaluator=None, label="3"), Config.make("tiled", {})
-    for reason in ["device-lost", "crashed", "wrong"] + ["device-lost"] * (LOST_AFTER - 1):
-        lane.note(Outcome(config, reason=reason))  # (a candidate's own fault resets it)
-    assert lane.out is None
-    lane.note(Outcome(config, reason="crashed"))
-    assert lane.out.startswith(f"{LOST_AFTER} candidates in a row lost the device")
+
+def test_faults_in_a_row_are_the_gpus_only_if_a_known_good_config_fails_too(gpu):
+    """LOST_AFTER crashes in a row on a lane: its GPU is checked with a known-good config.
+    It fails too: the lane is out and its crashed trials go back, for another lane. It
+    runs: the crashes were the candidates', recorded as such, the lane goes on."""
+    known = load_space("tiled").seed_configs(PROBLEM, gpu.limits)[0]
+    s = 1e-3
+    ok = lambda config: Outcome(config, Measurement(s, s, s, "wall", 1, 1, s), error=0.0)  # noqa: E731
+    crashed = lambda config: Outcome(config, reason="crashed", detail="worker died")  # noqa: E731
+
+    search = replayed(gpu, 6, known)
+    broken, good = Lane(Replay(crashed), "0"), Lane(Replay(ok), "1")
+    search.work(broken)
+    assert broken.out.startswith(f"{LOST_AFTER} candidates in a row lost the device")
+    assert "so did a known-good config" in broken.out
+    assert broken.evaluator.evaluated[-1] == known and search.result.measured == 0
+    trials = search.study.optuna.trials
+    assert sum(bool(t.user_attrs.get("interrupted")) for t in trials) == LOST_AFTER  # back
+    assert not any("reason" in t.user_attrs for t in trials)
+    search.work(good)  # the budget is whole: the broken lane's trials were given back
+    assert search.result.measured == 6 and not search.result.failures
+    measured = [t for t in search.study.optuna.trials if "reason" in t.user_attrs]
+    assert len(measured) == 6 and {t.user_attrs["gpu"] for t in measured} == {"1"}
+
+    search = replayed(gpu, 2 * LOST_AFTER + 1, known)
+    flaky = Lane(Replay(lambda config: ok(config) if config == known else crashed(config)), "0")
+    search.work(flaky)  # (the known-good config is a seed, so measured first)
+    assert flaky.out is None and search.result.measured == 2 * LOST_AFTER + 1
+    assert search.result.failures == {"crashed": 2 * LOST_AFTER}
+    assert flaky.evaluator.evaluated.count(known) == 3  # as a seed, then twice as a check
 
 
 @pytest.mark.slow
@@ -383,3 +413,23 @@ def test_ctrl_c_while_a_problem_is_begun_stops_every_gpu(gpu, cache_dir, begun, 
     assert events == [] and gpu_threads() == [] and workers_of_this_process() == []
     assert not any(cache_dir.glob("*.json"))
     assert " is out" not in capfd.readouterr().err  # no GPU was lost
+
+
+@pytest.mark.slow
+def test_a_configs_own_crashes_take_no_gpu_out(gpu, tmp_path, faulty_templates, monkeypatch, capfd):
+    """Every faulty MODE but 0 aborts its worker: the candidates' fault, not the GPU's
+    (a known-good config still runs there), so two GPUs find what one finds."""
+    faults.plant(monkeypatch)
+    monkeypatch.setenv(faults.ENV, json.dumps({f"faulty MODE={m}": "abort" for m in range(1, 13)}))
+    bests = []
+    for label, chosen in [("one", None), ("two", [0, 0])]:
+        (tmp_path / label).mkdir()
+        result = autotune.tune(
+            16, 16, 16, templates=["faulty"], sampler="grid", trials=13, seed=1,
+            cache_dir=tmp_path / label, gpus=chosen, repeat_gpus=True,
+        )  # fmt: skip
+        assert result.search.study_trials == 13 and result.search.failures["crashed"] == 12
+        bests.append(result.entry and result.entry.config.as_dict())
+    assert bests == [{"MODE": 0}] * 2
+    assert " is out" not in capfd.readouterr().err
+    assert workers_of_this_process() == []
