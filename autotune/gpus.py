@@ -17,9 +17,9 @@ it takes the next.
 A GPU whose worker cannot be restarted, or that fails a known-good config after its
 candidates lost the device or crashed the worker search.LOST_AFTER times in a row, is
 taken out with a line on stderr; its claims go back to the study and the other GPUs go
-on. Only when every GPU is out does
-the tune fail (WorkerError). A failure in any thread, or Ctrl-C, stops them all
-(`Pool.stopping`, the workers abandoned) before the tune raises.
+on. Only when every GPU is out does the tune fail (WorkerError). A failure in any
+thread, or Ctrl-C, stops them all (`Pool.stopping`, the workers abandoned) before the
+tune raises.
 
 Repeating an index (`repeat=True`; TuneOptions.repeat_gpus) is a testing aid: lavapipe
 is one adapter, and [0, 0] stands in for two GPUs. On a real host it would put two
