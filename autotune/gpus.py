@@ -43,6 +43,7 @@ from .device import (
     adapter_index,
     adapters_text,
     get_gpu,
+    gpu_at,
     list_adapters,
     one_line,
 )
@@ -62,10 +63,11 @@ def choose(
 ) -> tuple[int, ...] | None:
     """The adapter indices (in device.list_adapters()) that `value` names: "all" (every
     adapter of the tuner's backend), a count N (the tuner's adapter and the next ones of
-    its backend), or indices (a list, or text such as "0,2,5"); None for one GPU, the
-    tuner's own (a tune as ever). `gpu`: the tuner's (None: get_gpu()'s, opened only
-    once `value` is known to be good). `error(field, message)` refuses a bad value, GPUs
-    unlike the tuner's, and (unless `repeat`) an index given twice."""
+    its backend), or indices (a list, or text such as "0,2,5"; one index: one GPU, which
+    tune.py tunes on alone); None for one GPU, the tuner's own (a tune as ever). `gpu`:
+    the tuner's (None: get_gpu()'s, opened only once `value` is known to be good).
+    `error(field, message)` refuses a bad value, GPUs unlike the tuner's, and (unless
+    `repeat`) an index given twice."""
     if value is None:
         return None
     parsed = _parsed(value, error)
@@ -90,6 +92,13 @@ def choose(
     named = [(str(i), one_line(adapters[i].summary), Fingerprint.of(adapters[i])) for i in indices]
     refuse_mixed(named, gpu.fingerprint, value, error)
     return indices
+
+
+def alone(index: int, gpu: Gpu | None) -> Gpu:
+    """The Gpu of the one adapter chosen (identical to the tuner's `gpu`): `gpu` itself
+    when it is that adapter, so a caller's device keeps its own limits and features."""
+    gpu = gpu or get_gpu()
+    return gpu if adapter_index(gpu, list_adapters()) == index else gpu_at(index)
 
 
 def _parsed(value: object, error) -> str | int | tuple[int, ...]:

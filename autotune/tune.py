@@ -85,6 +85,7 @@ class TuneOptions:
     # GPUs measuring together (autotune.gpus): None or 1, the tuner's alone; a count,
     # "all" (every adapter of the tuner's backend) or adapter indices ([0, 2, 5],
     # "0,2,5"), each identical to the tuner's: a worker on each, one study per problem.
+    # Checked: the indices of two GPUs or more, else None (one index: `gpu` is its).
     gpus: object = None
     repeat_gpus: bool = False  # a testing aid: an index may repeat (two timings on one GPU)
 
@@ -105,6 +106,8 @@ class TuneOptions:
         chosen = None
         if o.gpus is not None:
             chosen = gpus.choose(o.gpus, gpu, repeat, TuneError)
+        if chosen is not None and len(chosen) == 1:  # one GPU: a tune as ever, on that one
+            gpu, chosen = gpus.alone(chosen[0], gpu), None
         if chosen and o.evaluator is not None:
             raise TuneError("gpus", "gpus starts a worker on each GPU: not with an evaluator")
         return cls(

@@ -150,6 +150,22 @@ def test_gpus_all_a_count_or_indices(gpu):
         TuneOptions.checked(**TWO, evaluator=lambda problem: None)
 
 
+def test_gpus_of_one_gpu_tune_as_ever(gpu, cache_dir, capsys, monkeypatch):
+    """--gpus all on a host of one GPU, or gpus=[i]: one worker, on that adapter; the
+    display of a tune without --gpus (one shape at a time)."""
+    one = TuneOptions.checked(gpus=[0])
+    assert one.gpus is None and device.adapter_index(one.gpu, device.list_adapters()) == 0
+    shown, start = [], _TuneDisplay.start
+    monkeypatch.setattr(
+        _TuneDisplay, "start", lambda self, *a: (shown.append(self.sequential), start(self, *a))
+    )
+    for value in ("all", "1"):
+        argv = ["tune", "--shape", "8x8x8", "--template", "tiled", "--trials", "1"]
+        assert main([*argv, "--cache", str(cache_dir), "--gpus", value]) == 0
+        assert "gpu 0" not in capsys.readouterr().out
+    assert shown == [True] * 2
+
+
 def test_gpus_unlike_the_tuners_are_refused_by_name(gpu):
     fingerprint = gpu.fingerprint
     other = replace(fingerprint, device="Another GPU", device_id=7)
