@@ -109,7 +109,9 @@ class TuneOptions:
         if chosen is not None and len(chosen) == 1:  # one GPU: a tune as ever, on that one
             gpu, chosen = gpus.alone(chosen[0], gpu), None
         if chosen and o.evaluator is not None:
-            raise TuneError("gpus", "gpus starts a worker on each GPU: not with an evaluator")
+            raise TuneError(
+                "gpus", f"gpus {shown(o.gpus)} starts a worker on each GPU: not with an evaluator"
+            )
         return cls(
             trials=trials,
             timeout=timeout,

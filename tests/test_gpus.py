@@ -62,7 +62,9 @@ def test_adapter_choice_is_an_index_a_word_or_both(value, choice):
     assert AdapterChoice.parse(str(choice)) == choice  # (as it is shown in messages)
 
 
-@pytest.mark.parametrize("value", ["a:b", ":1", "nvidia:", "a:b:1", "-1:", -1, True, 1.5, []])
+@pytest.mark.parametrize(
+    "value", ["a:b", ":1", "nvidia:", "a:b:1", "-1:", "1:2", -1, True, 1.5, []]
+)
 def test_bad_adapter_choice_names_the_field(value):
     with pytest.raises(AdapterError, match="^adapter must be an index") as raised:
         AdapterChoice.parse(value)
@@ -146,7 +148,7 @@ def test_gpus_all_a_count_or_indices(gpu):
         with pytest.raises(TuneError, match=why) as raised:
             gpus.choose(bad, gpu, error=TuneError)
         assert raised.value.field == "gpus"
-    with pytest.raises(TuneError, match="not with an evaluator"):
+    with pytest.raises(TuneError, match=r"gpus \[0, 0\] starts .* not with an evaluator"):
         TuneOptions.checked(**TWO, evaluator=lambda problem: None)
 
 
