@@ -436,7 +436,9 @@ def _tune(args, problems, console: Console) -> int:
     radius = (DEFAULT_RADIUS if args.radius is None else args.radius) if args.model else None
     trials = args.trials if args.trials or args.timeout else TuneOptions.trials
     budget = f"/{trials}" if trials else ""
-    sequential = args.gpus is None or args.gpus.strip() == "1"
+    # one GPU (--gpus 1, all on a host of one, a single index): the display of one shape
+    # at a time (a bad --gpus is named here, before the display starts)
+    sequential = TuneOptions.checked(gpu=_adapter(args), gpus=args.gpus).gpus is None
     display = _TuneDisplay(console, trials or args.timeout, budget, sequential)
     display.count = len(problems)
     if radius is not None:  # the plan is shown once every argument is known to be good

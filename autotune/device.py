@@ -128,7 +128,8 @@ class AdapterChoice:
             return cls(index=int(value))
         text = value.strip().lower() if isinstance(value, str) else None
         word, _, index = (text or "").rpartition(":") if text and ":" in text else (text, "", "")
-        if text is None or (":" in text and not (word and index.isdigit())) or ":" in word:
+        bad = text is None or (":" in text and not (word and index.isdigit()))
+        if bad or ":" in word or (word.isdigit() and index):  # ("1:2": an index, then one)
             raise AdapterError(
                 field,
                 f"{field} must be an index (1), a word of an adapter's name (nvidia) or "

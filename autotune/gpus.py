@@ -10,14 +10,16 @@ per GPU, each driving that GPU's worker (a search.Lane): a thread begins a probl
 GPU has begun (the worker's float64 reference, the baseline), else joins the begun
 problem with the fewest GPUs while its study wants more trials, else waits. The last
 GPU to leave a problem times its finalists again and keeps the best. What tuning a
-problem is, the session, is tune.py's; this module decides only which GPU does what.
+problem is (a Job) is tune.py's; this module decides only which GPU does what.
 A GPU times one candidate at a time: its thread waits for its worker's answer before
 it takes the next.
 
-A GPU whose worker cannot be restarted, or whose candidates lose the device or crash
-the worker search.LOST_AFTER times in a row, is taken out with a line on stderr; its
-claims go back to the study and the other GPUs go on. Only when every GPU is out does
-the tune fail (WorkerError).
+A GPU whose worker cannot be restarted, or that fails a known-good config after its
+candidates lost the device or crashed the worker search.LOST_AFTER times in a row, is
+taken out with a line on stderr; its claims go back to the study and the other GPUs go
+on. Only when every GPU is out does the tune fail (WorkerError). A failure in any
+thread, or Ctrl-C, stops them all (`Pool.stopping`, the workers abandoned) before the
+tune raises.
 
 Repeating an index (`repeat=True`; TuneOptions.repeat_gpus) is a testing aid: lavapipe
 is one adapter, and [0, 0] stands in for two GPUs. On a real host it would put two
@@ -41,6 +43,7 @@ from .device import (
     adapter_index,
     adapters_text,
     get_gpu,
+    gpu_at,
     list_adapters,
     one_line,
 )
@@ -60,10 +63,11 @@ def choose(
 ) -> tuple[int, ...] | None:
     """The adapter indices (in device.list_adapters()) that `value` names: "all" (every
     adapter of the tuner's backend), a count N (the tuner's adapter and the next ones of
-    its backend), or indices (a list, or text such as "0,2,5"); None for one GPU, the
-    tuner's own (a tune as ever). `gpu`: the tuner's (None: get_gpu()'s, opened only
-    once `value` is known to be good). `error(field, message)` refuses a bad value, GPUs
-    unlike the tuner's, and (unless `repeat`) an index given twice."""
+    its backend), or indices (a list, or text such as "0,2,5"; one index: one GPU, which
+    tune.py tunes on alone); None for one GPU, the tuner's own (a tune as ever). `gpu`:
+    the tuner's (None: get_gpu()'s, opened only once `value` is known to be good).
+    `error(field, message)` refuses a bad value, GPUs unlike the tuner's, and (unless
+    `repeat`) an index given twice."""
     if value is None:
         return None
     parsed = _parsed(value, error)
@@ -88,6 +92,13 @@ def choose(
     named = [(str(i), one_line(adapters[i].summary), Fingerprint.of(adapters[i])) for i in indices]
     refuse_mixed(named, gpu.fingerprint, value, error)
     return indices
+
+
+def alone(index: int, gpu: Gpu | None) -> Gpu:
+    """The Gpu of the one adapter chosen (identical to the tuner's `gpu`): `gpu` itself
+    when it is that adapter, so a caller's device keeps its own limits and features."""
+    gpu = gpu or get_gpu()
+    return gpu if adapter_index(gpu, list_adapters()) == index else gpu_at(index)
 
 
 def _parsed(value: object, error) -> str | int | tuple[int, ...]:
@@ -177,8 +188,9 @@ def lanes(indices: Sequence[int], gpu: Gpu, candidate_timeout: float, stack) -> 
 # --- who does what ------------------------------------------------------------------------
 
 
-class Session(Protocol):
-    """One problem's tune as the pool runs it (tune.py's)."""
+class Job(Protocol):
+    """One problem's tune as the pool runs it (tune.py's), made by the pool's `job_of(
+    problem, stopping)`: its search stops when the pool's `stopping` Event is set."""
 
     search: Search  # made by begin
 
@@ -197,7 +209,7 @@ class _Run:
 
     def __init__(self, index: int, problem: Problem):
         self.index, self.problem = index, problem
-        self.session: Session | None = None
+        self.job: Job | None = None
         self.lanes: set[Lane] = set()  # those working on it now
         self.open = False  # begun: GPUs may join while its study wants more
         self.ending = False  # ended, or being ended: none joins
@@ -212,6 +224,7 @@ class Pool:
         self.lanes = list(lanes)
         self.changed = threading.Condition()
         self.failure: BaseException | None = None
+        self.stopping = threading.Event()  # set on a failure or Ctrl-C: every search stops
         self.queue: deque[tuple[int, Problem]] = deque()
         self.runs: list[_Run] = []
         self.results: dict[int, object] = {}
@@ -219,32 +232,36 @@ class Pool:
     def tune(
         self,
         problems: Sequence[Problem],
-        session_of: Callable[[Problem], Session],
+        job_of: Callable[[Problem, threading.Event], Job],
         on_start: Callable[[Problem, int], None] | None = None,
     ) -> list:
-        """Each problem's session's result, in order. `on_start(problem, index)` as each
+        """Each problem's job's result, in order. `on_start(problem, index)` as each
         is begun, one call at a time."""
-        self.session_of, self.on_start = session_of, on_start
+        self.job_of, self.on_start = job_of, on_start
         self.queue.extend(enumerate(problems))
         self.started: set[int] = set()
         threads = [
             threading.Thread(target=self._drive, args=(lane,), name=f"gpu {lane.label}")
             for lane in self.lanes
         ]
+        self.running = len(threads)
         for thread in threads:
             thread.daemon = True  # (a hard exit does not wait for a worker's answer)
             thread.start()
         try:
-            for thread in threads:
-                while thread.is_alive():
-                    thread.join(WAIT_S)
+            self._wait()
         except BaseException:  # Ctrl-C: stop every GPU now
             self._fail(KeyboardInterrupt())
-            self._kill_workers()
-            for thread in threads:
-                thread.join(10)
+            self._wait()  # (their workers are killed: each thread's answer comes at once)
             raise
         return self._results(len(problems))
+
+    def _wait(self) -> None:
+        """Until every thread is done. (Not Thread.join: on Python 3.11 a Ctrl-C inside
+        join marks the thread stopped while it still runs, so a later join returns.)"""
+        with self.changed:
+            while self.running:
+                self.changed.wait(WAIT_S)
 
     def _results(self, count: int) -> list:
         if self.failure is not None:
@@ -261,21 +278,22 @@ class Pool:
                 step[0](lane, step[1])
         except BaseException as error:  # a bug or a bad problem: the tune fails
             self._fail(error)
+        finally:
+            with self.changed:
+                self.running -= 1
+                self.changed.notify_all()
 
     def _fail(self, error: BaseException) -> None:
+        """Stop every GPU: no search claims or records more (a job being begun too, as
+        its search is made with `stopping`), and each worker is killed, not restarted
+        (its thread sees it dead and gives its trial back)."""
         with self.changed:
             self.failure = self.failure or error
-            for run in self.runs:  # (a session being begun may have no search yet)
-                search = getattr(run.session, "search", None)
-                if search is not None:
-                    search.stop()
+            self.stopping.set()
+            for lane in self.lanes:
+                with contextlib.suppress(OSError, AttributeError):
+                    lane.evaluator.abandon()
             self.changed.notify_all()
-
-    def _kill_workers(self) -> None:
-        for lane in self.lanes:  # its thread sees the worker dead and gives its trial back
-            process = getattr(lane.evaluator, "process", None)
-            with contextlib.suppress(OSError, AttributeError):
-                process.kill()
 
     def _next(self, lane: Lane):
         """(what to do, the run) for this GPU, or None: it is out, the tune failed, or
@@ -291,7 +309,7 @@ class Pool:
                 if self.queue:
                     return self._begin, self._take()
                 for run in self.runs:  # being begun: prepare meanwhile (start a worker)
-                    if run.session is not None and not run.open and lane not in run.warmed:
+                    if run.job is not None and not run.open and lane not in run.warmed:
                         run.warmed.add(lane)
                         return self._warm, run
                 joinable = [run for run in self.runs if self._joinable(run)]
@@ -313,20 +331,20 @@ class Pool:
         return run
 
     def _joinable(self, run: _Run) -> bool:
-        return run.open and not run.ending and run.session.search.wants_more()
+        return run.open and not run.ending and run.job.search.wants_more()
 
     def _live(self) -> list[Lane]:
         return [lane for lane in self.lanes if not lane.out]
 
     def _begin(self, lane: Lane, run: _Run) -> None:
-        session = self.session_of(run.problem)
+        job = self.job_of(run.problem, self.stopping)
         with self.changed:
-            run.session = session
+            run.job = job
             self.changed.notify_all()
         try:
-            session.begin(lane.evaluator)
+            job.begin(lane.evaluator)
         except WorkerError as error:  # this GPU is gone: another begins the problem
-            lane.out = str(error)
+            self._lose(lane, error)
             with self.changed:
                 self.runs.remove(run)
                 self.queue.appendleft((run.index, run.problem))
@@ -342,22 +360,22 @@ class Pool:
     def _warm(self, lane: Lane, run: _Run) -> None:
         """Prepare this GPU's worker for a problem another GPU is beginning."""
         try:
-            run.session.prepare(lane.evaluator)
+            run.job.prepare(lane.evaluator)
         except WorkerError as error:
-            lane.out = str(error)
+            self._lose(lane, error)
             self._announce(lane)
 
     def _join(self, lane: Lane, run: _Run) -> None:
         try:
-            run.session.prepare(lane.evaluator)
+            run.job.prepare(lane.evaluator)
         except WorkerError as error:
-            lane.out = str(error)
+            self._lose(lane, error)
         else:
-            run.session.search.work(lane)
+            run.job.search.work(lane)
         self._leave(lane, run)
 
     def _work(self, lane: Lane, run: _Run) -> None:
-        run.session.search.work(lane)
+        run.job.search.work(lane)
         self._leave(lane, run)
 
     def _leave(self, lane: Lane, run: _Run) -> None:
@@ -368,7 +386,7 @@ class Pool:
         with self.changed:
             run.lanes.discard(lane)
             ends = self.failure is None and not run.lanes and not run.ending
-            ends = ends and not run.session.search.wants_more()
+            ends = ends and not run.job.search.wants_more()
             if ends:
                 run.ending = True
                 run.orphaned = bool(lane.out)
@@ -377,12 +395,19 @@ class Pool:
             self._end(lane, run)
 
     def _end(self, lane: Lane, run: _Run) -> None:
-        result = run.session.end(lane.evaluator)
+        result = run.job.end(lane.evaluator)
         with self.changed:
             self.results[run.index] = result
             self.changed.notify_all()
 
+    def _lose(self, lane: Lane, error: WorkerError) -> None:
+        """This GPU is out, unless the tune is stopping (then its worker was killed)."""
+        if not self.stopping.is_set():
+            lane.out = str(error)
+
     def _announce(self, lane: Lane) -> None:
+        if self.stopping.is_set() or not lane.out:  # (a Ctrl-C killed it: no GPU is lost)
+            return
         with self.changed:
             live = len(self._live())
         print(

@@ -22,9 +22,13 @@ Several evaluators (a worker on each GPU of a host, autotune.gpus) can measure f
 search at once: each is a `Lane`, driven by a thread of its own through `Search.work`.
 Proposing, claiming and recording are done one lane at a time (under the search's
 lock); only the measuring runs side by side, each lane on its own evaluator. A lane
-whose worker cannot be restarted, or whose candidates lose the device or crash the
-worker LOST_AFTER times in a row, leaves the search (`Lane.out` says why) and gives
-back its claims; the other lanes go on.
+whose worker cannot be restarted leaves the search (`Lane.out` says why) and gives back
+its claims; the other lanes go on. A crash or a lost device is usually the candidate's
+fault, and samplers propose alike configs together: a lane's crashed or device-lost
+trials are held, and after LOST_AFTER in a row its GPU is checked with a known-good
+config (the best so far, else the baseline's). Still good: the held trials are
+recorded as the failures they are. Not: the lane leaves, and its held trials go back
+to the study, for another GPU to measure.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from .worker import Worker, WorkerError
 
 SAMPLERS = tuple(STRATEGIES)
 FINALISTS = 4  # the study's fastest configs, timed again back to back at the end of tune
-LOST_AFTER = 3  # a lane's crashed or device-lost candidates in a row: its GPU is gone
+LOST_AFTER = 3  # a lane's crashed or device-lost candidates in a row: check its GPU
 GPU_FAULTS = ("crashed", "device-lost")
 
 Progress = Callable[[dict], None]
@@ -143,17 +147,14 @@ class Lane:
     label: str | None = None
     pending: deque = field(default_factory=deque)  # its claimed configs, next first
     out: str | None = None  # why it left the search for good (its GPU is gone)
-    faults: int = 0  # its crashed or device-lost candidates in a row
+    # Its crashed or device-lost trials in a row (trial, outcome, started, ended), held
+    # until a known-good config tells whether they are the candidates' fault or the GPU's.
+    faults: list = field(default_factory=list)
     measured: int = 0  # candidates it measured (over every search it took part in)
 
-    def note(self, outcome: Outcome) -> None:
-        """Count a lost device or crashed worker; LOST_AFTER in a row: the lane is out."""
-        self.faults = self.faults + 1 if outcome.reason in GPU_FAULTS else 0
-        if self.faults >= LOST_AFTER:
-            self.out = (
-                f"{self.faults} candidates in a row lost the device or crashed the worker "
-                f"(the last: {outcome.failure})"
-            )
+    def held(self, outcome: Outcome) -> bool:
+        """Whether this outcome is held with the lane's faults (not the only lane's)."""
+        return self.label is not None and outcome.reason in GPU_FAULTS
 
 
 class Search:
@@ -172,7 +173,9 @@ class Search:
         return cls(problem, gpu, **arguments)
 
     def __init__(self, problem, gpu, *, templates, trials, timeout, checks, sampler, storage,
-                 seed, max_dispatch_s, on_trial, evaluator, limits, compile_ahead):  # fmt: skip
+                 seed, max_dispatch_s, on_trial, evaluator, limits, compile_ahead,
+                 stopping: threading.Event | None = None,
+                 known_good: Config | None = None):  # fmt: skip
         self.start = time.monotonic()
         self.problem, self.templates = problem, tuple(templates)
         self.trials, self.timeout, self.max_dispatch_s = trials, timeout, max_dispatch_s
@@ -199,7 +202,10 @@ class Search:
         self.lock = threading.RLock()  # proposing, claiming, recording: one lane at a time
         self.lanes: set[Lane] = set()  # those working now
         self.in_flight = 0  # claimed configs being measured now
-        self.stopping = False  # stop(): nothing more is claimed, nothing more recorded
+        # Set (by the pool of GPUs, for all its searches at once): nothing more is claimed
+        # or recorded, what is being measured is given back when it returns.
+        self.stopping = stopping if stopping is not None else threading.Event()
+        self.known_good = known_good  # runs on this GPU (the baseline): checks a lane's GPU
 
     def _seeds(self) -> list[Config]:
         spaces = [load_space(t) for t in self.templates]
@@ -224,7 +230,7 @@ class Search:
         with self.lock:
             self.lanes.add(lane)
         try:
-            while not lane.out and self._fill(lane) and not self._out_of_time():
+            while self._going(lane) and self._fill(lane) and not self._out_of_time():
                 with self.lock:
                     trial, config = lane.pending.popleft()
                     self.in_flight += 1
@@ -234,17 +240,13 @@ class Search:
                 for trial, _ in lane.pending:  # claimed, never measured: free for later
                     self.study.release(trial)
                 lane.pending.clear()
+                self._settle(lane, record=not (lane.out or self.stopping.is_set()))
                 self.lanes.discard(lane)
 
     def wants_more(self) -> bool:
         """Whether another lane joining now would find configs to measure."""
         with self.lock:
-            return not self.stopping and not self._exhausted()
-
-    def stop(self) -> None:
-        """Claim nothing more and record nothing more (what is being measured is given
-        back when it returns): the tune is interrupted or failing."""
-        self.stopping = True
+            return not self.stopping.is_set() and not self._exhausted()
 
     def conclude(self) -> SearchResult:
         """The result, once no lane works any more: the study's best and finalists."""
@@ -255,11 +257,14 @@ class Search:
         result.seconds = time.monotonic() - self.start
         return result
 
+    def _going(self, lane: Lane) -> bool:
+        return not lane.out and not self.stopping.is_set()
+
     def _fill(self, lane: Lane) -> bool:
         """Claim configs until compile_ahead of them wait behind the lane's next; False:
         none."""
         with self.lock:
-            while not self.stopping and len(lane.pending) < 1 + self.compile_ahead:
+            while not self.stopping.is_set() and len(lane.pending) < 1 + self.compile_ahead:
                 claimed = self._claim()
                 if claimed is None:
                     break
@@ -273,7 +278,8 @@ class Search:
 
     def _exhausted(self) -> bool:
         """The budget is spent, the time is up, or every valid config is measured."""
-        waiting = sum(len(lane.pending) for lane in self.lanes) + self.in_flight
+        waiting = sum(len(lane.pending) + len(lane.faults) for lane in self.lanes)
+        waiting += self.in_flight
         measured = len(self.study.history()) + waiting
         self.result.study_trials = len(self.study.history())
         spent = self.full or (self.trials is not None and measured >= self.trials)
@@ -319,16 +325,57 @@ class Search:
         except WorkerError as error:
             if lane.label is None:  # the search's only evaluator
                 raise
-            lane.out = str(error)
+            if not self.stopping.is_set():  # (stopping: its worker was killed, not lost)
+                lane.out = str(error)
             outcome = None
         ended = time.monotonic()
         with self.lock:
             self.in_flight -= 1
-            if outcome is None or self.stopping:  # not measured: free for another lane
+            if outcome is None or self.stopping.is_set():  # not measured: free for another lane
                 self.study.release(trial)
                 self.full = False  # (the budget may have been full of this claim)
                 return
-            self._record(lane, trial, outcome, started, ended)
+            if not lane.held(outcome):
+                self._settle(lane, record=True)  # the faults before it were the candidates'
+                self._record(lane, trial, outcome, started, ended)
+                return
+            lane.faults.append((trial, outcome, started, ended))
+            if len(lane.faults) < LOST_AFTER:
+                return
+        self._check(lane)
+
+    def _check(self, lane: Lane) -> None:
+        """LOST_AFTER faults in a row on this lane: a known-good config tells whether its
+        GPU is still good (the faults are recorded) or gone (the lane leaves, and the
+        faulted trials go back to the study, for another GPU)."""
+        with self.lock:
+            config = self.result.best.config if self.result.best else self.known_good
+        why = "no known-good config to check the GPU with"
+        if config is not None:
+            try:
+                check = lane.evaluator.evaluate(config)
+                why = None if check.ok else f"and so did a known-good config: {check.failure}"
+            except WorkerError as error:
+                why = f"and the worker cannot be restarted: {error}"
+        with self.lock:
+            if why is not None and not self.stopping.is_set():
+                last = lane.faults[-1][1]
+                lane.out = (
+                    f"{len(lane.faults)} candidates in a row lost the device or crashed the "
+                    f"worker (the last: {last.failure}), {why}"
+                )
+            self._settle(lane, record=lane.out is None and not self.stopping.is_set())
+
+    def _settle(self, lane: Lane, record: bool) -> None:
+        """The lane's held faults recorded (the candidates' own) or released (its GPU's:
+        another measures them); under the lock."""
+        faults, lane.faults = lane.faults, []
+        for trial, outcome, started, ended in faults:
+            if record:
+                self._record(lane, trial, outcome, started, ended)
+            else:
+                self.study.release(trial)
+                self.full = False
 
     def _record(self, lane: Lane, trial, outcome: Outcome, started: float, ended: float) -> None:
         result = self.result
@@ -349,5 +396,3 @@ class Search:
                  "started": started, "ended": ended, "evaluator": lane.evaluator}
             )  # fmt: skip
         self.study.finish(trial, outcome, lane.label)
-        if lane.label is not None:
-            lane.note(outcome)

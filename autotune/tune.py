@@ -85,6 +85,7 @@ class TuneOptions:
     # GPUs measuring together (autotune.gpus): None or 1, the tuner's alone; a count,
     # "all" (every adapter of the tuner's backend) or adapter indices ([0, 2, 5],
     # "0,2,5"), each identical to the tuner's: a worker on each, one study per problem.
+    # Checked: the indices of two GPUs or more, else None (one index: `gpu` is its).
     gpus: object = None
     repeat_gpus: bool = False  # a testing aid: an index may repeat (two timings on one GPU)
 
@@ -105,8 +106,12 @@ class TuneOptions:
         chosen = None
         if o.gpus is not None:
             chosen = gpus.choose(o.gpus, gpu, repeat, TuneError)
+        if chosen is not None and len(chosen) == 1:  # one GPU: a tune as ever, on that one
+            gpu, chosen = gpus.alone(chosen[0], gpu), None
         if chosen and o.evaluator is not None:
-            raise TuneError("gpus", "gpus starts a worker on each GPU: not with an evaluator")
+            raise TuneError(
+                "gpus", f"gpus {shown(o.gpus)} starts a worker on each GPU: not with an evaluator"
+            )
         return cls(
             trials=trials,
             timeout=timeout,
@@ -277,10 +282,11 @@ def tune_problem(problem: Problem, options: TuneOptions) -> TuneResult:
 class _Tuning:
     """One problem's tune in steps: `begin` (the baseline, the search set up), the search
     (run on one evaluator, or worked by several: autotune.gpus), `end` (the finalists
-    timed again, the best kept). A Session of autotune.gpus.Pool."""
+    timed again, the best kept). A Job of autotune.gpus.Pool."""
 
-    def __init__(self, problem: Problem, options: TuneOptions):
+    def __init__(self, problem: Problem, options: TuneOptions, stopping=None):
         o = self.options = options
+        self.stopping = stopping  # the pool's Event: set, the search stops (None: its own)
         self.problem = problem
         self.templates = o.templates or tuple(
             t for t in BUILT_IN if load_space(t).first_config(problem) is not None
@@ -303,7 +309,8 @@ class _Tuning:
     def begin(self, evaluator: Evaluator) -> None:
         o, problem, gpu = self.options, self.problem, self.gpu
         self.prepare(evaluator)
-        self.keeper = _Keeper(problem, o, self.store, baseline(problem, gpu, evaluator), gpu)
+        base = baseline(problem, gpu, evaluator)
+        self.keeper = _Keeper(problem, o, self.store, base, gpu)
         self.search = Search.of(
             problem,
             gpu,
@@ -319,6 +326,8 @@ class _Tuning:
             limits=self.limits,
             evaluator=evaluator,
             compile_ahead=o.compile_ahead,
+            stopping=self.stopping,
+            known_good=base.config if base and base.ok else None,
         )
 
     def end(self, evaluator: Evaluator, result: SearchResult | None = None) -> TuneResult:
@@ -354,7 +363,8 @@ def _tune_on_gpus(problems, options: TuneOptions, on_start) -> list[TuneResult]:
         lanes: list[Lane] = gpus.lanes(options.gpus, gpu, options.candidate_timeout, stack)
         pool = gpus.Pool(lanes)
         on_start = _serialized(on_start, one_at_a_time)
-        return pool.tune(problems, lambda problem: _Tuning(problem, options), on_start)
+        job_of = lambda problem, stopping: _Tuning(problem, options, stopping)  # noqa: E731
+        return pool.tune(problems, job_of, on_start)
 
 
 def _serialized(callback, lock: threading.Lock):

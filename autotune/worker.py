@@ -79,6 +79,8 @@ class Worker:
         self.ready_for: tuple | None = None  # what the running worker holds
         self.starts = 0
         self._log = None
+        self.abandoned = False  # abandon(): the tune is stopping, no new worker is started
+        self._starting = threading.Lock()  # a start and abandon() one at a time
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -90,7 +92,19 @@ class Worker:
     def prepared_for(self, problem: Problem, checks: bool) -> bool:
         return self.setup is not None and self.setup[::2] == (problem, bool(checks))
 
+    def abandon(self) -> None:
+        """Kill the worker, from any thread, and start no other: the tune is stopping
+        (Ctrl-C, or a failure elsewhere). The thread waiting for its answer gets it at
+        once (`crashed`); the next evaluate or prepare raises WorkerError."""
+        with self._starting:
+            self.abandoned = True
+            process = self.process  # (its own thread may forget it meanwhile)
+            if process is not None and process.poll() is None:
+                process.kill()
+
     def _ensure(self) -> None:
+        if self.abandoned:
+            raise WorkerError("the tune was interrupted: no worker is started again")
         if self.process is not None and self.process.poll() is not None:
             self._stop()  # it died between candidates
         if self.process is None:
@@ -119,6 +133,12 @@ class Worker:
             self.ready_for = self.setup
 
     def _start(self) -> None:
+        with self._starting:
+            if self.abandoned:
+                raise WorkerError("the tune was interrupted: no worker is started again")
+            self._spawn()
+
+    def _spawn(self) -> None:
         ours, theirs = socket.socketpair()
         self._log = tempfile.TemporaryFile()  # its stderr, quoted when it dies
         try:

@@ -6,9 +6,13 @@ on one GPU). What is checked comes from the runs' own records (the study, the ca
 start and end time of every candidate on each GPU), not from how the pool is written.
 """
 
+import contextlib
 import json
 import os
 import signal
+import sys
+import threading
+import time
 from dataclasses import replace
 
 import optuna
@@ -22,11 +26,17 @@ from autotune import device, gpus
 from autotune.__main__ import _TuneDisplay, main
 from autotune.compile import compile_shader
 from autotune.device import AdapterChoice, AdapterError
+from autotune.evaluate import Outcome, Replay
+from autotune.measure import Measurement
 from autotune.problem import Problem
 from autotune.render import render
+from autotune.search import LOST_AFTER, Lane, Search
+from autotune.space import load_space
 from autotune.tune import TuneError, TuneOptions
 from autotune.verify import verify
 from autotune.worker import Worker, WorkerError
+
+TUNE = sys.modules["autotune.tune"]  # (autotune.tune is the function)
 
 PROBLEM = Problem(64, 64, 64)
 TWO = dict(gpus=[0, 0], repeat_gpus=True, templates=["tiled"], seed=1)
@@ -52,7 +62,9 @@ def test_adapter_choice_is_an_index_a_word_or_both(value, choice):
     assert AdapterChoice.parse(str(choice)) == choice  # (as it is shown in messages)
 
 
-@pytest.mark.parametrize("value", ["a:b", ":1", "nvidia:", "a:b:1", "-1:", -1, True, 1.5, []])
+@pytest.mark.parametrize(
+    "value", ["a:b", ":1", "nvidia:", "a:b:1", "-1:", "1:2", -1, True, 1.5, []]
+)
 def test_bad_adapter_choice_names_the_field(value):
     with pytest.raises(AdapterError, match="^adapter must be an index") as raised:
         AdapterChoice.parse(value)
@@ -136,8 +148,24 @@ def test_gpus_all_a_count_or_indices(gpu):
         with pytest.raises(TuneError, match=why) as raised:
             gpus.choose(bad, gpu, error=TuneError)
         assert raised.value.field == "gpus"
-    with pytest.raises(TuneError, match="not with an evaluator"):
+    with pytest.raises(TuneError, match=r"gpus \[0, 0\] starts .* not with an evaluator"):
         TuneOptions.checked(**TWO, evaluator=lambda problem: None)
+
+
+def test_gpus_of_one_gpu_tune_as_ever(gpu, cache_dir, capsys, monkeypatch):
+    """--gpus all on a host of one GPU, or gpus=[i]: one worker, on that adapter; the
+    display of a tune without --gpus (one shape at a time)."""
+    one = TuneOptions.checked(gpus=[0])
+    assert one.gpus is None and device.adapter_index(one.gpu, device.list_adapters()) == 0
+    shown, start = [], _TuneDisplay.start
+    monkeypatch.setattr(
+        _TuneDisplay, "start", lambda self, *a: (shown.append(self.sequential), start(self, *a))
+    )
+    for value in ("all", "1"):
+        argv = ["tune", "--shape", "8x8x8", "--template", "tiled", "--trials", "1"]
+        assert main([*argv, "--cache", str(cache_dir), "--gpus", value]) == 0
+        assert "gpu 0" not in capsys.readouterr().out
+    assert shown == [True] * 2
 
 
 def test_gpus_unlike_the_tuners_are_refused_by_name(gpu):
@@ -167,17 +195,23 @@ def test_cli_refuses_a_study_over_two_backends(gpu, capsys):
 # --- several GPUs, one study ----------------------------------------------------------------
 
 
-def no_overlap_per_gpu(events) -> dict[str, int]:
-    """Each GPU's candidates one after another, from their recorded start and end times;
-    how many each measured."""
-    by_gpu = {}
-    for event in events:
-        by_gpu.setdefault(event["gpu"], []).append((event["started"], event["ended"]))
-    for label, spans in by_gpu.items():
-        spans.sort()
-        for (_, ended), (started, _) in zip(spans, spans[1:], strict=False):
-            assert started >= ended, f"gpu {label} timed two candidates at once"
-    return {label: len(spans) for label, spans in by_gpu.items()}
+def per_gpu(events) -> dict[str, int]:
+    """How many candidates each GPU measured."""
+    labels = [event["gpu"] for event in events]
+    return {label: labels.count(label) for label in dict.fromkeys(labels)}
+
+
+def test_lanes_are_one_worker_per_adapter_index(gpu):
+    """Each lane its own worker on its adapter; a repeated index (asked for only with
+    repeat_gpus: gpus.choose refuses it otherwise) is labelled apart."""
+    with contextlib.ExitStack() as stack:
+        made = gpus.lanes((0, 2, 0), gpu, 5.0, stack)
+        assert [lane.label for lane in made] == ["0", "2", "0.1"]
+        assert [lane.evaluator.index for lane in made] == [0, 2, 0]
+        assert len({id(lane.evaluator) for lane in made}) == 3
+        assert all(lane.evaluator.process is None for lane in made)  # started when used
+    with pytest.raises(TuneError, match="names an adapter twice"):
+        gpus.choose([0, 0], gpu, error=TuneError)
 
 
 def verified(problem, config, gpu) -> bool:
@@ -192,8 +226,9 @@ def test_two_gpus_share_one_study_and_lose_nothing(gpu, cache_dir, tmp_path):
         *(PROBLEM.M, PROBLEM.N, PROBLEM.K), trials=8, storage=url, cache_dir=cache_dir,
         on_trial=events.append, **TWO,
     )  # fmt: skip
-    counts = no_overlap_per_gpu(events)
+    counts = per_gpu(events)
     assert sorted(counts) == ["0", "0.1"] and sum(counts.values()) == 8
+    assert {e["evaluator"].index for e in events} == {0}  # lavapipe twice (repeat_gpus)
     assert result.search.measured == result.search.study_trials == 8
     study = optuna.load_study(study_name=result.search.study_name, storage=url)
     measured = [t for t in study.trials if "reason" in t.user_attrs]
@@ -228,8 +263,12 @@ def test_problems_are_spread_over_the_gpus_in_memory(gpu, cache_dir):
         display.finish(results)
     assert [r.problem for r in results] == problems
     assert all(r.entry and r.search.study_trials == 4 for r in results)
-    assert sum(no_overlap_per_gpu(events).values()) == 12  # across problems too
+    assert sum(per_gpu(events).values()) == 12  # across problems too
     assert {e["gpu"] for e in events} == {"0", "0.1"}
+    by_problem = {p: [e for e in events if e["result"].problem == p] for p in problems[:2]}
+    first, second = by_problem.values()  # tuned at once: begun by two GPUs, side by side
+    apart = first[0]["gpu"] != second[0]["gpu"]
+    assert apart or second[0]["started"] < first[-1]["ended"], "problems tuned one by one"
     for result in results:
         assert verified(result.problem, result.entry.config, gpu)
     shown = console.export_text()
@@ -252,8 +291,10 @@ def break_gpu(event) -> None:
 
 
 @pytest.mark.slow
-def test_a_lost_gpu_leaves_and_the_other_finishes_the_study(gpu, cache_dir, breakable, capfd):
-    events = []
+def test_a_lost_gpu_leaves_and_the_other_finishes_the_study(
+    gpu, cache_dir, breakable, capfd, tmp_path
+):
+    events, url = [], f"sqlite:///{tmp_path / 'study.db'}"
 
     def on_trial(event):
         events.append(event)
@@ -263,10 +304,13 @@ def test_a_lost_gpu_leaves_and_the_other_finishes_the_study(gpu, cache_dir, brea
     # (12: more than GPU 0 can measure while GPU 0.1 measures its first, so 0.1 comes back)
     result = autotune.tune(
         *(PROBLEM.M, PROBLEM.N, PROBLEM.K), trials=12, cache_dir=cache_dir, on_trial=on_trial,
-        **TWO,
+        storage=url, **TWO,
     )  # fmt: skip
-    counts = no_overlap_per_gpu(events)
-    assert counts["0.1"] == 1 and counts["0"] == 11  # its claims went back to the study
+    counts = per_gpu(events)
+    assert counts.get("0.1", 0) <= 1 and sum(counts.values()) == 12
+    study = optuna.load_study(study_name=result.search.study_name, storage=url)
+    given_back = [t for t in study.trials if t.user_attrs.get("interrupted")]
+    assert len(given_back) == 1 and "reason" not in given_back[0].user_attrs  # GPU 0.1's
     assert result.search.study_trials == 12 and result.entry is not None
     assert verified(PROBLEM, result.entry.config, gpu)
     err = capfd.readouterr().err
@@ -286,17 +330,43 @@ def test_the_tune_fails_only_when_every_gpu_is_lost(gpu, cache_dir, breakable, c
     assert workers_of_this_process() == []
 
 
-def test_a_gpu_is_out_after_lost_devices_in_a_row():
-    from autotune.evaluate import Outcome
-    from autotune.search import LOST_AFTER, Lane
-    from autotune.space import Config
+def replayed(gpu, trials: int, known_good) -> Search:
+    return Search.of(
+        PROBLEM, gpu, templates=("tiled",), trials=trials, timeout=None, checks=True,
+        sampler="grid", storage=None, seed=1, max_dispatch_s=None, on_trial=None,
+        evaluator=None, limits=None, compile_ahead=0, known_good=known_good,
+    )  # fmt: skip
 
-    lane, config = Lane(evaluator=None, label="3"), Config.make("tiled", {})
-    for reason in ["device-lost", "crashed", "wrong"] + ["device-lost"] * (LOST_AFTER - 1):
-        lane.note(Outcome(config, reason=reason))  # (a candidate's own fault resets it)
-    assert lane.out is None
-    lane.note(Outcome(config, reason="crashed"))
-    assert lane.out.startswith(f"{LOST_AFTER} candidates in a row lost the device")
+
+def test_faults_in_a_row_are_the_gpus_only_if_a_known_good_config_fails_too(gpu):
+    """LOST_AFTER crashes in a row on a lane: its GPU is checked with a known-good config.
+    It fails too: the lane is out and its crashed trials go back, for another lane. It
+    runs: the crashes were the candidates', recorded as such, the lane goes on."""
+    known = load_space("tiled").seed_configs(PROBLEM, gpu.limits)[0]
+    s = 1e-3
+    ok = lambda config: Outcome(config, Measurement(s, s, s, "wall", 1, 1, s), error=0.0)  # noqa: E731
+    crashed = lambda config: Outcome(config, reason="crashed", detail="worker died")  # noqa: E731
+
+    search = replayed(gpu, 6, known)
+    broken, good = Lane(Replay(crashed), "0"), Lane(Replay(ok), "1")
+    search.work(broken)
+    assert broken.out.startswith(f"{LOST_AFTER} candidates in a row lost the device")
+    assert "so did a known-good config" in broken.out
+    assert broken.evaluator.evaluated[-1] == known and search.result.measured == 0
+    trials = search.study.optuna.trials
+    assert sum(bool(t.user_attrs.get("interrupted")) for t in trials) == LOST_AFTER  # back
+    assert not any("reason" in t.user_attrs for t in trials)
+    search.work(good)  # the budget is whole: the broken lane's trials were given back
+    assert search.result.measured == 6 and not search.result.failures
+    measured = [t for t in search.study.optuna.trials if "reason" in t.user_attrs]
+    assert len(measured) == 6 and {t.user_attrs["gpu"] for t in measured} == {"1"}
+
+    search = replayed(gpu, 2 * LOST_AFTER + 1, known)
+    flaky = Lane(Replay(lambda config: ok(config) if config == known else crashed(config)), "0")
+    search.work(flaky)  # (the known-good config is a seed, so measured first)
+    assert flaky.out is None and search.result.measured == 2 * LOST_AFTER + 1
+    assert search.result.failures == {"crashed": 2 * LOST_AFTER}
+    assert flaky.evaluator.evaluated.count(known) == 3  # as a seed, then twice as a check
 
 
 @pytest.mark.slow
@@ -315,4 +385,86 @@ def test_gpus_losing_their_device_leave_and_a_bad_problem_fails_the_tune(
     too_big = Problem(1, 2**16, 2**16)  # B alone is 16 GiB
     with pytest.raises(autotune.ProblemError, match="max"):
         autotune.tune_many([PROBLEM, too_big], trials=2, cache_dir=cache_dir, **TWO)
+    assert workers_of_this_process() == []
+
+
+def gpu_threads() -> list[str]:
+    """The pool's threads still running (a moment after the tune returned: at most
+    their last line is left)."""
+    running = [t for t in threading.enumerate() if t.name.startswith("gpu ")]
+    for thread in running:
+        thread.join(2)
+    return [t.name for t in running if t.is_alive()]
+
+
+@pytest.fixture
+def begun(monkeypatch):
+    """tune.baseline of the first problem begun sets `begun["event"]`, then waits a
+    second before measuring: whatever stops the tune meanwhile lands in its begin."""
+    begun, original = {"event": threading.Event()}, TUNE.baseline
+
+    def baseline(problem, gpu, evaluator):
+        if problem == PROBLEM:
+            begun["event"].set()
+            time.sleep(1.0)
+        elif "fail" in begun:  # the other problem: fails once the first is in its begin
+            assert begun["event"].wait(60)
+            raise RuntimeError("planted failure")
+        return original(problem, gpu, evaluator)
+
+    monkeypatch.setattr(TUNE, "baseline", baseline)
+    return begun
+
+
+@pytest.mark.slow
+def test_a_failure_stops_a_problem_being_begun(gpu, cache_dir, begun, capfd):
+    """One GPU's thread fails while the other is in its problem's begin: that problem
+    measures nothing after it, and nothing is left running."""
+    events, begun["fail"] = [], True
+    with pytest.raises(RuntimeError, match="planted failure"):
+        autotune.tune_many(
+            [PROBLEM, Problem(32, 32, 32)], trials=30, cache_dir=cache_dir,
+            on_trial=events.append, **TWO,
+        )  # fmt: skip
+    assert events == [] and gpu_threads() == [] and workers_of_this_process() == []
+    assert not any(cache_dir.glob("*.json"))
+    assert " is out" not in capfd.readouterr().err  # no GPU was lost
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_a_problem_is_begun_stops_every_gpu(gpu, cache_dir, begun, capfd):
+    events = []
+
+    def interrupt():  # Ctrl-C, once the first GPU is in its begin
+        begun["event"].wait(60)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        autotune.tune(
+            *(PROBLEM.M, PROBLEM.N, PROBLEM.K), trials=40, cache_dir=cache_dir,
+            on_trial=events.append, **TWO,
+        )  # fmt: skip
+    assert events == [] and gpu_threads() == [] and workers_of_this_process() == []
+    assert not any(cache_dir.glob("*.json"))
+    assert " is out" not in capfd.readouterr().err  # no GPU was lost
+
+
+@pytest.mark.slow
+def test_a_configs_own_crashes_take_no_gpu_out(gpu, tmp_path, faulty_templates, monkeypatch, capfd):
+    """Every faulty MODE but 0 aborts its worker: the candidates' fault, not the GPU's
+    (a known-good config still runs there), so two GPUs find what one finds."""
+    faults.plant(monkeypatch)
+    monkeypatch.setenv(faults.ENV, json.dumps({f"faulty MODE={m}": "abort" for m in range(1, 13)}))
+    bests = []
+    for label, chosen in [("one", None), ("two", [0, 0])]:
+        (tmp_path / label).mkdir()
+        result = autotune.tune(
+            16, 16, 16, templates=["faulty"], sampler="grid", trials=13, seed=1,
+            cache_dir=tmp_path / label, gpus=chosen, repeat_gpus=True,
+        )  # fmt: skip
+        assert result.search.study_trials == 13 and result.search.failures["crashed"] == 12
+        bests.append(result.entry and result.entry.config.as_dict())
+    assert bests == [{"MODE": 0}] * 2
+    assert " is out" not in capfd.readouterr().err
     assert workers_of_this_process() == []
