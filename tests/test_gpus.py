@@ -453,18 +453,17 @@ def test_ctrl_c_while_a_problem_is_begun_stops_every_gpu(gpu, cache_dir, begun, 
 @pytest.mark.slow
 def test_a_configs_own_crashes_take_no_gpu_out(gpu, tmp_path, faulty_templates, monkeypatch, capfd):
     """Every faulty MODE but 0 aborts its worker: the candidates' fault, not the GPU's
-    (a known-good config still runs there), so two GPUs find what one finds."""
+    (a known-good config still runs there), so two GPUs record each crash and go on, as
+    one does (test_faults.py), and find MODE 0."""
     faults.plant(monkeypatch)
     monkeypatch.setenv(faults.ENV, json.dumps({f"faulty MODE={m}": "abort" for m in range(1, 13)}))
-    bests = []
-    for label, chosen in [("one", None), ("two", [0, 0])]:
-        (tmp_path / label).mkdir()
-        result = autotune.tune(
-            16, 16, 16, templates=["faulty"], sampler="grid", trials=13, seed=1,
-            cache_dir=tmp_path / label, gpus=chosen, repeat_gpus=True,
-        )  # fmt: skip
-        assert result.search.study_trials == 13 and result.search.failures["crashed"] == 12
-        bests.append(result.entry and result.entry.config.as_dict())
-    assert bests == [{"MODE": 0}] * 2
+    result = autotune.tune(
+        16, 16, 16, templates=["faulty"], sampler="grid", trials=13, seed=1,
+        cache_dir=tmp_path, gpus=[0, 0], repeat_gpus=True,
+    )  # fmt: skip
+    # 12 crashes over two lanes, in at most three runs: one of four or more, so a lane
+    # was checked with a known-good config
+    assert result.search.study_trials == 13 and result.search.failures["crashed"] == 12
+    assert result.entry and result.entry.config.as_dict() == {"MODE": 0}
     assert " is out" not in capfd.readouterr().err
     assert workers_of_this_process() == []
