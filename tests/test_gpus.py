@@ -416,6 +416,14 @@ def begun(monkeypatch):
     return begun
 
 
+def assert_nothing_measured_or_left(events, cache_dir, capfd):
+    """A stopped tune: no trial after the stop, no GPU thread or worker left, no cache
+    file written, and no GPU announced as lost."""
+    assert events == [] and gpu_threads() == [] and workers_of_this_process() == []
+    assert not any(cache_dir.glob("*.json"))
+    assert " is out" not in capfd.readouterr().err
+
+
 @pytest.mark.slow
 def test_a_failure_stops_a_problem_being_begun(gpu, cache_dir, begun, capfd):
     """One GPU's thread fails while the other is in its problem's begin: that problem
@@ -426,9 +434,7 @@ def test_a_failure_stops_a_problem_being_begun(gpu, cache_dir, begun, capfd):
             [PROBLEM, Problem(32, 32, 32)], trials=30, cache_dir=cache_dir,
             on_trial=events.append, **TWO,
         )  # fmt: skip
-    assert events == [] and gpu_threads() == [] and workers_of_this_process() == []
-    assert not any(cache_dir.glob("*.json"))
-    assert " is out" not in capfd.readouterr().err  # no GPU was lost
+    assert_nothing_measured_or_left(events, cache_dir, capfd)
 
 
 @pytest.mark.slow
@@ -445,9 +451,7 @@ def test_ctrl_c_while_a_problem_is_begun_stops_every_gpu(gpu, cache_dir, begun, 
             *(PROBLEM.M, PROBLEM.N, PROBLEM.K), trials=40, cache_dir=cache_dir,
             on_trial=events.append, **TWO,
         )  # fmt: skip
-    assert events == [] and gpu_threads() == [] and workers_of_this_process() == []
-    assert not any(cache_dir.glob("*.json"))
-    assert " is out" not in capfd.readouterr().err  # no GPU was lost
+    assert_nothing_measured_or_left(events, cache_dir, capfd)
 
 
 @pytest.mark.slow
