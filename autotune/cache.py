@@ -72,6 +72,16 @@ def default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("autotune"))
 
 
+def lookup_folders(cache_dir=None) -> list[Path]:
+    """The folders lookup reads, in order: `cache_dir` (default: default_cache_dir()),
+    then the shipped cache/ where it is another folder."""
+    folders = [Path(cache_dir) if cache_dir else default_cache_dir()]
+    shipped = shipped_cache_dir()
+    if shipped.resolve() != folders[0].resolve():
+        folders.append(shipped)
+    return folders
+
+
 def shipped_cache_dir() -> Path:
     return data_path("cache")
 

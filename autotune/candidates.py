@@ -24,13 +24,10 @@ from pathlib import Path
 
 from . import cache
 from .cache import CacheWarning, DeviceCache, Entry
-from .compile import missing_features
 from .data import BUILT_IN
-from .device import Gpu
 from .kernel import Kernel
-from .lookup import lookup
+from .lookup import lookup, runs_here
 from .problem import Problem
-from .render import render
 from .space import Config, load_space
 
 
@@ -76,23 +73,8 @@ def device_caches(paths: Sequence[Path], strict: bool) -> list[DeviceCache]:
     return stores
 
 
-def _runs_here(problem: Problem, gpu: Gpu) -> Callable[[Config], bool]:
-    """accept(config): valid at `problem` within this device's limits, needing no
-    feature it lacks (it is verified here before it is exported)."""
-
-    def accept(config: Config) -> bool:
-        invalid = load_space(config.template).why_invalid(config, problem, gpu.limits)
-        return not invalid and not missing_features(config, problem, gpu)
-
-    return accept
-
-
 def _device_name(store: DeviceCache) -> str:
     return str(store.fingerprint.get("device", "")) or store.path.name
-
-
-def _arithmetic(problem: Problem) -> tuple:
-    return problem.dtype, problem.weights, problem.activations
 
 
 def _tuned(store: DeviceCache, problem: Problem) -> list[Entry]:
@@ -102,7 +84,7 @@ def _tuned(store: DeviceCache, problem: Problem) -> list[Entry]:
         for e in store.entries().values()
         if not e.estimated
         and cache.is_current(e)
-        and _arithmetic(e.key.problem) == _arithmetic(problem)
+        and e.key.problem.arithmetic == problem.arithmetic
     ]
     return sorted(entries, key=lambda e: -e.gflops)
 
@@ -142,18 +124,15 @@ def _history(stores, problem, runs) -> list[Candidate]:
 def launch_shape(config: Config, problem: Problem) -> tuple:
     """What makes two configs cover different tile shapes: the template and each pass's
     workgroup size and grid at `problem`."""
-    plan = render(config, problem).plan
+    plan = load_space(config.template).plan(config, problem)
     return (config.template,) + tuple((s.workgroup_size, s.grid) for s in plan.passes)
 
 
 def _portable_best(kernel: Kernel, cache_dir) -> list[Candidate]:
     p = kernel.problem
     portable = lookup(
-        p.M, p.N, p.K, p.dtype, layout=p.layout, batch=p.batch, shared_b=p.shared_b,
-        epilogue=p.epilogue, accumulate=p.accumulate, weights=p.weights,
-        activations=p.activations, checks=True, cache_dir=cache_dir, gpu=kernel.gpu,
-        portable=True,
-    )  # fmt: skip
+        **p.arguments, checks=True, cache_dir=cache_dir, gpu=kernel.gpu, portable=True
+    )
     return [Candidate(portable.config, "portable best", portable.entry)]
 
 
@@ -170,9 +149,8 @@ def choose(
     keeps of it (the texts export writes), or raises with the reason to leave it out; a
     failure of the exported kernel itself is raised."""
     problem, gpu = kernel.problem, kernel.gpu
-    runs = _runs_here(problem, gpu)
-    folders = [Path(cache_dir) if cache_dir else cache.default_cache_dir()]
-    folders += [cache.shipped_cache_dir()] + [Path(c) for c in caches if Path(c).is_dir()]
+    runs = runs_here(gpu.limits, problem, gpu)  # (verified here before it is exported)
+    folders = cache.lookup_folders(cache_dir) + [Path(c) for c in caches if Path(c).is_dir()]
     named = [Path(c) for c in caches if not Path(c).is_dir()]
     stores = device_caches(cache_files(folders), strict=False)
     stores += device_caches(cache_files((), named), strict=True)

@@ -41,14 +41,11 @@ SHORTLIST = 6  # ranked configs timed at a new shape (each family's best among t
 
 
 def _stores(gpu: Gpu, cache_dir) -> list[cache.DeviceCache]:
-    folders = [Path(cache_dir) if cache_dir else cache.default_cache_dir()]
-    shipped = cache.shipped_cache_dir()
-    if shipped.resolve() != folders[0].resolve():
-        folders.append(shipped)
+    folders = cache.lookup_folders(cache_dir)
     return [cache.DeviceCache(f, gpu.fingerprint.as_dict(), versions()) for f in folders]
 
 
-def _runs_here(limits: dict, problem: Problem, gpu: Gpu):
+def runs_here(limits: dict, problem: Problem, gpu: Gpu):
     """accept(config): valid for `problem` within `limits`, and its kernel needs no
     feature the device lacks (a subgroup kernel on a device requested without them)."""
 
@@ -64,7 +61,7 @@ def _serves(limits: dict, problem: Problem, gpu: Gpu, portable: bool):
     was chosen for this device's space (a device below its adapter is served the
     adapter's entries and its own; the adapter's devices are not served a choice made
     within lower limits, which may be far from their best)."""
-    runs = _runs_here(limits, problem, gpu)
+    runs = runs_here(limits, problem, gpu)
     own = gpu.limited_as(portable)
     spaces = {*SPACES} | ({f"limited-{own}"} if own else set())
     return lambda entry: entry.key.space in spaces and runs(entry.config)
@@ -89,7 +86,7 @@ def _ranked(problem, checks, stores, gpu, limits) -> list[predict.Candidate]:
     """Every config this device's caches measured (at any shape and, in the same element
     type, any layout, batch or epilogue; in this mode) and each family's known-good
     configs, valid at `problem`, fastest predicted first."""
-    runs = _runs_here(limits, problem, gpu)
+    runs = runs_here(limits, problem, gpu)
     measured = [
         e
         for store in stores
@@ -97,16 +94,12 @@ def _ranked(problem, checks, stores, gpu, limits) -> list[predict.Candidate]:
         if e.key.checks == checks and not e.estimated and cache.is_current(e)
     ]  # (the roof from tuned entries only: an estimate's three short passes are noisier)
     # each arithmetic its own roof: f16 runs faster, int8 dot products faster still
-    typed = [e for e in measured if _arithmetic(e.key.problem) == _arithmetic(problem)]
+    typed = [e for e in measured if e.key.problem.arithmetic == problem.arithmetic]
     usable = [e for e in typed if runs(e.config)]
     seeds = [c for c in _seeds(problem, limits) if runs(c)]
     units = predict.compute_units(gpu.fingerprint.device)
     roof = predict.Roof.of(typed or measured)
     return predict.ranked(problem, usable, seeds, units, roof)
-
-
-def _arithmetic(problem: Problem) -> tuple[str, str, str]:
-    return problem.dtype, problem.weights, problem.activations
 
 
 def _seeds(problem: Problem, limits) -> list[Config]:

@@ -277,6 +277,12 @@ class Problem:
         return dict(M=self.M, N=self.N, K=self.K, dtype=self.dtype) | self.variant_arguments
 
     @property
+    def arithmetic(self) -> tuple[str, str, str]:
+        """What sets a kernel's rate of arithmetic: its element type, weight and
+        activation formats (f16 runs faster than f32, int8 dot products faster still)."""
+        return self.dtype, self.weights, self.activations
+
+    @property
     def dtype_text(self) -> str:
         """ "f16", or "f16-acc32" / "f16-acc16" with the accumulation pinned; ".q4g128"
         after it with quantized weights, then ".a8" with quantized activations."""
