@@ -34,7 +34,7 @@ from .device import WEBGPU_DEFAULT_LIMITS, required_features, versions
 from .files import write_whole
 from .kernel import Kernel
 from .plan import uniform_layout
-from .quantize import file_layouts
+from .quantize import file_layouts, file_name
 from .render import jinja_environment
 from .verify import verify
 from .version import __version__ as autotune_version
@@ -129,7 +129,6 @@ WEIGHT_BUFFERS = {
     "scales": ("scales", "f16 pairs"),
     "zeros": ("zero_points", "zero-point nibbles"),
 }
-_WEIGHT_FILES = {"data": "data", "scales": "scales", "zero_points": "zeros"}
 
 
 # A storage binding's declaration: `@binding(N) var<storage, ...> NAME: array<TYPE>;`
@@ -163,9 +162,7 @@ def _weight_buffer(problem, name: str) -> dict:
     role, packing = WEIGHT_BUFFERS[name]
     layout = file_layouts(*problem.weight_format)[role]
     element = "f16" if name == "scales" else "u32"
-    return dict(
-        element=element, packing=packing, layout=layout, file=f"WEIGHT.{_WEIGHT_FILES[role]}.bin"
-    )
+    return dict(element=element, packing=packing, layout=layout, file=file_name("WEIGHT", role))
 
 
 def buffers(kernel: Kernel) -> list[dict]:
@@ -284,7 +281,7 @@ def _weight_usage(problem) -> dict:
         return {"weights": None}
     names = [name for name in WEIGHT_BUFFERS if name != "B" and name in problem.matrix_shapes()]
     files = ", ".join(
-        f"{name}: WEIGHT.{_WEIGHT_FILES[WEIGHT_BUFFERS[name][0]]}.bin" for name in ["B", *names]
+        f"{name}: {file_name('WEIGHT', WEIGHT_BUFFERS[name][0])}" for name in ["B", *names]
     )
     return {"weights": problem.weights, "weight_buffers": names, "weight_files": files}
 

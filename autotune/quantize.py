@@ -171,7 +171,7 @@ class QuantizedWeight:
     def manifest(self, name: str) -> dict:
         """NAME.json: what the files are and how to read them (docs/QUANTIZED.md)."""
         files = {
-            role: dict(name=f"{name}.{_SUFFIX[role]}.bin", byte_order="little", **info)
+            role: dict(name=file_name(name, role), byte_order="little", **info)
             for role, info in self.files.items()
         }
         for info in files.values():
@@ -223,6 +223,12 @@ class QuantizedWeight:
 
 
 _SUFFIX = {"data": "data", "scales": "scales", "zero_points": "zeros"}
+
+
+def file_name(name: str, role: str) -> str:
+    """The file `save` writes for one array: NAME.data.bin, NAME.scales.bin, NAME.zeros.bin
+    (role: "data", "scales" or "zero_points")."""
+    return f"{name}.{_SUFFIX[role]}.bin"
 
 
 def file_layouts(bits: int, group: int | None, zero_points: bool) -> dict[str, str]:
