@@ -174,12 +174,7 @@ def lanes(indices: Sequence[int], gpu: Gpu, candidate_timeout: float, stack) -> 
     made, seen = [], {}
     for index in indices:
         seen[index] = seen.get(index, -1) + 1
-        worker = Worker(
-            gpu.fingerprint.as_dict(),
-            candidate_timeout=candidate_timeout,
-            features=tuple(sorted(gpu.kernel_features)),
-            index=index,
-        )
+        worker = Worker.for_gpu(gpu, candidate_timeout, index)
         label = str(index) if not seen[index] else f"{index}.{seen[index]}"
         made.append(Lane(stack.enter_context(worker), label))
     return made

@@ -105,9 +105,7 @@ def search(
         raise ValueError("give trials, timeout or both: the search needs a budget")
     arguments = dict(locals())
     if evaluator is None:  # our own worker, stopped when the search ends (however it ends)
-        features = tuple(sorted(gpu.kernel_features))
-        index = getattr(gpu, "index", None)
-        with Worker(gpu.fingerprint.as_dict(), features=features, index=index) as worker:
+        with Worker.for_gpu(gpu) as worker:
             worker.prepare(problem, reference_seed(seed), checks)
             return search(**(arguments | {"evaluator": worker}))
     return Search.of(**arguments).run()

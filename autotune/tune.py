@@ -386,15 +386,7 @@ def _evaluator(problem: Problem, o: TuneOptions, gpu: Gpu, stack) -> Evaluator:
         if isinstance(evaluator, contextlib.AbstractContextManager):
             stack.enter_context(evaluator)
         return evaluator
-    worker = stack.enter_context(
-        Worker(
-            gpu.fingerprint.as_dict(),
-            candidate_timeout=o.candidate_timeout,
-            features=tuple(sorted(gpu.kernel_features)),
-            index=gpu.index,
-        )
-    )
-    return worker
+    return stack.enter_context(Worker.for_gpu(gpu, o.candidate_timeout))
 
 
 class _Keeper:

@@ -84,6 +84,17 @@ class Worker:
 
     # --- lifecycle ----------------------------------------------------------------------
 
+    @classmethod
+    def for_gpu(cls, gpu, candidate_timeout: float = CANDIDATE_S, index=None) -> Worker:
+        """A worker measuring as `gpu` does: its adapter (by fingerprint, and `index`, by
+        default gpu's own) and its device's kernel features."""
+        return cls(
+            gpu.fingerprint.as_dict(),
+            candidate_timeout=candidate_timeout,
+            features=tuple(sorted(gpu.kernel_features)),
+            index=getattr(gpu, "index", None) if index is None else index,
+        )
+
     def prepare(self, problem: Problem, seed: int, checks: bool) -> None:
         """Make the worker hold this problem's reference (started now, not at first use)."""
         self.setup = (problem, int(seed), bool(checks))
