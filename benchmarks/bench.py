@@ -10,7 +10,7 @@
 DIR: a new folder, by convention benchmarks/results/DATE-DEVICE-CONTENT/ (e.g.
 benchmarks/results/2026-11-30-h200-suite/). benchmarks/all.sh runs every set.
 
-Rows: the named sets of shapes.py (--set suite, decode, longk, outofbox; repeatable) and
+Rows: the named sets of shapes.py (--set suite, decode, longk, outofbox, odd; repeatable) and
 --shape MxNxK (with --layout); --dtype f32 or f16 for all of them; without either, the
 suite. For each row: cuBLAS SGEMM through PyTorch, f32 with TF32 off whatever --dtype
 says, in the row's layout, replayed from a CUDA graph (timing.py); the tutorial 16x16

@@ -7,6 +7,8 @@
   sizes, kept in out-of-box.toml: how well `lookup` serves a shape out of the box.
   `python benchmarks/shapes.py` prints the file's text from the generator (a test checks
   that it matches the committed file); never tune these shapes.
+- odd: sizes no vector width divides (odd M, N and K), drawn with a fixed seed, nn or nt;
+  never tuned either: how lookup serves sizes whose rows are not whole vectors.
 
 With AUTOTUNE_BENCH_QUICK=1 (all.sh --quick) a set keeps its first QUICK_ROWS problems
 and every size is shrunk to a tiny one of the same character (1-16 stay, larger ones
@@ -55,6 +57,7 @@ LINEAR_LAYERS = (
     (4608, 3584), (3584, 3584), (18944, 3584), (3584, 18944),
 )  # fmt: skip
 LLM_DRAWS, ODD_DRAWS = 10, 2
+ODD_SEED, ODD_SHAPES, ODD_LARGEST = 20261202, 10, 4095
 
 QUICK_ENV = "AUTOTUNE_BENCH_QUICK"
 QUICK_ROWS = 4
@@ -86,6 +89,16 @@ def draw_out_of_box(seed: int = OUT_OF_BOX_SEED) -> list[Problem]:
     return problems
 
 
+def draw_odd(seed: int = ODD_SEED) -> list[Problem]:
+    """The odd set: ODD_SHAPES shapes of odd sizes up to ODD_LARGEST, nn or nt."""
+    rng = random.Random(seed)
+    return [
+        Problem(*(2 * rng.randint(0, ODD_LARGEST // 2) + 1 for _ in range(3)),
+                layout=rng.choice(("nn", "nt")))
+        for _ in range(ODD_SHAPES)
+    ]  # fmt: skip
+
+
 def out_of_box_text(problems: list[Problem]) -> str:
     """out-of-box.toml's text for `problems` (the format of models/*.toml)."""
     lines = [
@@ -106,6 +119,8 @@ def set_problems(name: str, dtype: str = "f32") -> list[Problem]:
         raise ValueError(f"unknown set {name!r}; known: {', '.join(SETS)}")
     if name == "outofbox":
         problems = [p for _, p in named_problems_from_file(OUT_OF_BOX_FILE, dtype)]
+    elif name == "odd":
+        problems = [replace(p, dtype=dtype) for p in draw_odd()]
     elif name == "decode":
         problems = [
             Problem(M, N, K, dtype, layout="nt") for (N, K) in DECODE_LAYERS for M in DECODE_TOKENS
@@ -115,7 +130,7 @@ def set_problems(name: str, dtype: str = "f32") -> list[Problem]:
     return [shrunk(p) for p in problems[:QUICK_ROWS]] if quick() else problems
 
 
-SETS = ("suite", "decode", "longk", "outofbox")
+SETS = ("suite", "decode", "longk", "outofbox", "odd")
 
 if __name__ == "__main__":
     print(out_of_box_text(draw_out_of_box()), end="")

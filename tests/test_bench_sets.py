@@ -37,6 +37,20 @@ def test_out_of_box_file_is_the_generators_draw_and_nobody_tuned_it():
     }
 
 
+def test_odd_set_is_odd_sizes_nobody_tuned(monkeypatch):
+    monkeypatch.delenv(shapes.QUICK_ENV, raising=False)
+    odd = shapes.set_problems("odd", "f16")
+    assert len({p.shape for p in odd}) == shapes.ODD_SHAPES and {p.dtype for p in odd} == {"f16"}
+    assert all(d % 2 == 1 and d <= shapes.ODD_LARGEST for p in odd for d in (p.M, p.N, p.K))
+    assert {p.layout for p in odd} == {"nn", "nt"}
+    shipped = {
+        cache.Entry.from_json(key, data).key.problem.shape
+        for path in cache.shipped_cache_dir().glob("*.json")
+        for key, data in json.loads(path.read_text())["entries"].items()
+    }
+    assert shipped and not shipped & {p.shape for p in odd}
+
+
 def test_sets_hold_the_documented_shapes(monkeypatch):
     monkeypatch.delenv(shapes.QUICK_ENV, raising=False)
     assert [p.shape for p in shapes.set_problems("suite")] == shapes.SUITE

@@ -37,10 +37,10 @@ def test_blocked_register_tile_is_unrolled_into_variables():
 def test_invalid_config_is_refused_before_rendering():
     config = Config.make(
         "blocked",
-        dict(VEC=4, BM=64, TM=4, BN=64, TN=8, BK=16, PAD=0, UNROLL=1, DB=0, AT=0, GROUP=1, WARP=0),
+        dict(VEC=4, BM=64, TM=4, BN=64, TN=8, BK=16, PAD=0, UNROLL=1, DB=0, AT=1, GROUP=1, WARP=0),
     )
-    with pytest.raises(ValueError, match="vec_divides_n"):
-        render(config, Problem(64, 63, 64))
+    with pytest.raises(ValueError, match="group_fits"):
+        render(Config.make("blocked", dict(config.as_dict(), GROUP=4)), Problem(64, 64, 64))
 
 
 def test_missing_parameter_fails_loudly(tmp_path, monkeypatch):

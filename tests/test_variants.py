@@ -60,12 +60,28 @@ def test_plain_problem_keeps_the_blocked_template_and_its_shipped_entries():
     )
 
 
-def test_constraints_follow_the_contiguous_dimension():
+def test_operands_are_moved_in_vectors_along_their_contiguous_dimension():
+    """A vector config is valid at any size: an operand whose rows are not whole vectors
+    (along m for a column-major A, k for a row-major A or a column-major B, n for C) is
+    bound as scalars, the others keep vector loads."""
     space = load_space("blockedx")
     vec4 = next(c for c in space.seed_configs(Problem(64, 64, 64, "f16", "nt")) if c["VEC"] == 4)
-    assert space.why_invalid(vec4, Problem(64, 64, 30, "f32", "nt")).startswith("vec_divides_k")
-    assert space.why_invalid(vec4, Problem(66, 64, 64, "f32", "tn")).startswith("vec_divides_m")
-    assert space.why_invalid(vec4, Problem(66, 64, 64, "f32", "nt")) is None  # M is free
+
+    def widths(problem):
+        assert space.why_invalid(vec4, problem) is None
+        context = space.context(vec4, problem)
+        return context["AV"], context["BV"], context["CV"]
+
+    assert widths(Problem(64, 64, 30, "f32", "nt")) == (1, 1, 4)  # K: A's and B's rows
+    assert widths(Problem(66, 64, 64, "f32", "tn")) == (1, 4, 4)  # M: a column-major A's
+    assert widths(Problem(66, 64, 64, "f32", "nt")) == (4, 4, 4)  # M is free otherwise
+    assert widths(Problem(64, 66, 64, "f32", "nn", batch=2)) == (4, 1, 1)  # N: B's, C's
+    assert widths(Problem(64, 66, 64, "f32", "nt")) == (4, 4, 1)
+    wgsl = render(vec4, Problem(64, 66, 30, "f32", "nt", epilogue="bias")).wgsl
+    for operand in ("A", "B", "C", "bias"):
+        assert f"var<storage, read> {operand}: array<f32>" in wgsl or (
+            f"var<storage, read_write> {operand}: array<f32>" in wgsl
+        ), operand
     acc16 = dict(vec4.as_dict(), ACC=1)
     config = type(vec4).make("blockedx", acc16)
     assert space.why_invalid(config, Problem(64, 64, 64, "f32", "nt")).startswith("acc_f16")
