@@ -31,6 +31,7 @@ bench decode-f32 --set decode --dtype f32 --checks off --no-tiled
 bench decode-f16 --set decode --dtype f16 --checks off --no-tiled
 bench longk-f32 --set longk --checks off --no-tiled
 bench outofbox-f32 --set outofbox --checks off --no-tiled
+bench odd-f32 --set odd --checks off --no-tiled
 for model in llama-7b llama3-8b; do
     for dtype in f32 f16; do
         layer "$model" "$dtype"

@@ -88,7 +88,7 @@ def test_all_tables_in_one_command_quick(gpu, cache_dir, tmp_path):
     """all.sh --quick: every table of the GPU run, on tiny shapes, and the summary last."""
     stdout = run_script("all.sh", "--quick", "out", cwd=tmp_path)
     out = tmp_path / "out"
-    runs = {"suite-f32", "decode-f32", "decode-f16", "longk-f32", "outofbox-f32"}
+    runs = {"suite-f32", "decode-f32", "decode-f16", "longk-f32", "outofbox-f32", "odd-f32"}
     for name in runs:
         report = json.loads((out / name / "bench.json").read_text())
         assert report["provenance"]["quick"] and report["rows"]
