@@ -38,6 +38,7 @@ _MEMO_LOCK = threading.Lock()
 _FORGOTTEN = [0]  # forget()s so far: a lookup begun before one is not memoized
 ESTIMATE_S = 2.0  # what choosing among ranked configs at a new shape may take, about
 SHORTLIST = 6  # ranked configs timed at a new shape (each family's best among them)
+NEIGHBOURS = 4  # measured configs a tune of a new shape tries first
 
 
 def _stores(gpu: Gpu, cache_dir) -> list[cache.DeviceCache]:
@@ -100,6 +101,16 @@ def _ranked(problem, checks, stores, gpu, limits) -> list[predict.Candidate]:
     units = predict.compute_units(gpu.fingerprint.device)
     roof = predict.Roof.of(typed or measured)
     return predict.ranked(problem, usable, seeds, units, roof)
+
+
+def neighbours(problem, checks, gpu: Gpu, cache_dir, templates, limits) -> list[Config]:
+    """The NEIGHBOURS configs of `templates` this device's caches measured at other
+    shapes or variants (valid here within `limits`) that predict fastest at `problem`:
+    what a tune tries first, so that a short one starts from what worked nearby. Not
+    the problem's own entries: a tune's time to a good kernel is measured from them."""
+    ranked = _ranked(problem, checks, _stores(gpu, cache_dir), gpu, limits)
+    measured = [c.config for c in ranked if c.entry and c.entry.key.problem != problem]
+    return [c for c in measured if c.template in templates][:NEIGHBOURS]
 
 
 def _seeds(problem: Problem, limits) -> list[Config]:

@@ -173,7 +173,7 @@ class Search:
     def __init__(self, problem, gpu, *, templates, trials, timeout, checks, sampler, storage,
                  seed, max_dispatch_s, on_trial, evaluator, limits, compile_ahead,
                  stopping: threading.Event | None = None,
-                 known_good: Config | None = None):  # fmt: skip
+                 known_good: Config | None = None, first: Sequence[Config] = ()):  # fmt: skip
         self.start = time.monotonic()
         self.problem, self.templates = problem, tuple(templates)
         self.trials, self.timeout, self.max_dispatch_s = trials, timeout, max_dispatch_s
@@ -189,8 +189,9 @@ class Search:
         self.study = Study(
             name, storage, self.strategy.sampler, problem, self.templates, study_attrs(*subject)
         )
-        if not self.study.optuna.trials:  # a new study: try the known-good configs first
-            for config in self._seeds():
+        if not self.study.optuna.trials:  # a new study: `first` (tune: configs measured
+            # nearby), then the spaces' known-good configs, before the strategy's own
+            for config in dict.fromkeys([*first, *self._seeds()]):
                 self.study.enqueue(config)
         self.result = SearchResult(problem, None, 0, 0, study_name=name)
         # Each lane's claimed configs wait their turn in Lane.pending: with compile_ahead,

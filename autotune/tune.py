@@ -37,6 +37,7 @@ from .data import BUILT_IN
 from .device import Gpu, get_gpu, given_gpu, portable_limits, versions
 from .evaluate import Evaluator, Outcome, reference_seed
 from .kernel import check_fits
+from .lookup import neighbours
 from .model import choose_representatives
 from .problem import VARIANT_KEYS, Problem
 from .search import SAMPLERS, Lane, Search, SearchResult
@@ -328,6 +329,7 @@ class _Tuning:
             compile_ahead=o.compile_ahead,
             stopping=self.stopping,
             known_good=base.config if base and base.ok else None,
+            first=neighbours(problem, o.checks, gpu, o.cache_dir, self.templates, self.limits),
         )
 
     def end(self, evaluator: Evaluator, result: SearchResult | None = None) -> TuneResult:

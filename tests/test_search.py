@@ -1,5 +1,6 @@
 """The search on the real adapter: budgets, failures as values, resume, shared studies."""
 
+import dataclasses
 import math
 import os
 import socket
@@ -489,3 +490,35 @@ def test_tune_measures_through_the_evaluator_it_is_given(gpu, tmp_path):
         and result.entry.median_s == min(measured.values())
     )
     assert str(result.entry.config) == min(measured, key=measured.get)
+
+
+def test_a_new_shape_is_searched_first_with_the_configs_measured_nearby(gpu, cache_dir):
+    """A tune starts from the configs this device measured at other shapes, best
+    predicted first, then the space's known-good configs: a short tune begins where a
+    neighbour's long one ended."""
+    from entries import seed_entry
+
+    from autotune.lookup import neighbours
+
+    problem, nearby = Problem(40, 36, 32), Problem(48, 36, 32)
+    seeds = load_space("blocked").seed_configs(problem, gpu.limits)
+    tuned = next(  # a config no space lists as known-good, valid at both shapes
+        Config.make("blocked", dict(s.as_dict(), PAD=1 - s["PAD"]))
+        for s in seeds
+        if Config.make("blocked", dict(s.as_dict(), PAD=1 - s["PAD"])) not in seeds
+    )
+    entry = seed_entry(nearby, "blocked", params=tuned.as_dict())
+    store = cache.DeviceCache(cache_dir, gpu.fingerprint.as_dict(), versions())
+    store.put(dataclasses.replace(entry, key=cache.Key.of(nearby, tuned, True)))
+    store.put(seed_entry(problem, "blocked"))  # the shape's own entry is not a neighbour
+    assert neighbours(problem, True, gpu, cache_dir, ("blocked",), gpu.limits) == [tuned]
+    assert neighbours(problem, True, gpu, cache_dir, ("splitk",), gpu.limits) == []
+
+    storage = optuna.storages.InMemoryStorage()
+    result = autotune.tune(
+        40, 36, 32, templates=["blocked"], trials=2, cache_dir=cache_dir,
+        storage=storage,
+    )  # fmt: skip
+    study = optuna.load_study(study_name=result.search.study_name, storage=storage)
+    order = [t.user_attrs["config"] for t in sorted(measured_trials(study), key=lambda t: t.number)]
+    assert order == [str(tuned), str(seeds[0])]
