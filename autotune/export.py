@@ -138,15 +138,12 @@ _DECLARED = re.compile(
 
 
 def operand_types(kernel: Kernel) -> dict[str, tuple[str, int]]:
-    """Each operand binding's (WGSL scalar type, vector width): the one source of the
-    manifest's `type`. Unquantized: the dtype, every operand of the plan's width (the
-    templates' VEC). Quantized weights: as the WGSL declares each binding (B, scales
-    and zeros u32 words; A a vector or scalars as the template binds it, e.g. qgemv's AV;
-    C and bias scalars: templates/_bindings_quantized.wgsl.j2)."""
-    plan, problem = kernel.shader.plan, kernel.problem
-    names = problem.matrix_shapes()
-    if not problem.quantized:
-        return dict.fromkeys(names, (problem.wgsl_type, plan.vector_width))
+    """Each operand binding's (WGSL scalar type, vector width), as the WGSL declares it:
+    the one source of the manifest's `type`. An operand's width is the template's VEC,
+    or 1 where it binds the operand as scalars (the register-blocked families at a size
+    VEC does not divide; qgemv's AV); quantized weights are u32 words (B, scales, zeros;
+    templates/_bindings_quantized.wgsl.j2)."""
+    names = kernel.problem.matrix_shapes()
     declared = {
         name: (scalar, int(width or 1))
         for _, name, width, scalar in _DECLARED.findall(kernel.shader.wgsl)

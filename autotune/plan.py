@@ -114,7 +114,7 @@ class Plan:
     passes: tuple[Pass, ...]
     bindings: tuple[Binding, ...]
     workgroup_storage: int  # bytes of var<workgroup> memory (the largest pass's)
-    vector_width: int  # elements per array element of A, B, C (and bias)
+    vector_width: int  # the template's VEC (an operand it binds as scalars: export.operand_types)
 
     @property
     def workspaces(self) -> tuple[Binding, ...]:

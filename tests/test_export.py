@@ -146,6 +146,9 @@ BROWSER_CASES = [
     (Problem(130, 68, 36), blocked(AT=1, DB=2, WARP=1)),  # two workgroup buffers, 3 slices
     (Problem(128, 64, 64), blocked(DB=1, UNROLL=0)),  # whole tiles: no edge tests
     (Problem(67, 45, 37), blocked(VEC=1, BM=32, TM=2, BN=32, TN=2, BK=8, PAD=1)),
+    # vector tiles at sizes VEC does not divide: A, B and C bound as scalars; then B and C
+    (Problem(67, 45, 37), blocked(DB=1)),
+    (Problem(67, 45, 36), blocked(AT=1, DB=2, WARP=1)),
     (Problem(67, 45, 37), Config.make("tiled", dict(TX=16, TY=16, TK=16, PAD=1))),
     (Problem(67, 45, 37), Config.make("naive", dict(WX=16, WY=8))),
     # decoding, the plain problem's 16-byte uniform block
@@ -192,6 +195,18 @@ FUSED_CASES = {
     ),
     "splitk_nt_batch_gelu": (
         Problem(20, 24, 200, "f32", "nt", 2, False, "alpha,beta,bias,gelu"),
+        Config.make(
+            "splitk", load_space("splitk").seeds[0] | dict(VEC=4, BM=16, TM=4, BN=32, TN=4, SPLIT=4)
+        ),
+    ),
+    # vector tiles at odd sizes: A and B gathered along K, C and bias stored by scalar
+    "odd_nt_batch_gelu": (
+        Problem(37, 45, 29, "f32", "nt", 2, False, "alpha,beta,bias,gelu"),
+        variant(),
+    ),
+    "odd_tn_shared_relu": (Problem(37, 44, 24, "f32", "tn", 2, True, "bias,relu"), variant()),
+    "splitk_odd": (
+        Problem(23, 21, 301),
         Config.make(
             "splitk", load_space("splitk").seeds[0] | dict(VEC=4, BM=16, TM=4, BN=32, TN=4, SPLIT=4)
         ),
@@ -388,6 +403,28 @@ def test_quantized_manifest_describes_each_binding(gpu, tmp_path):
         assert buffers["C"]["type"] == "array<f32>" and buffers["C"]["vector_width"] == 1
         named = "{ scales, zeros }" if "zeros" in buffers else "{ scales }"
         assert f"bufC, bufBias, {named});" in paths["js"].read_text()
+
+
+def test_manifest_types_are_the_bindings_the_wgsl_declares(gpu, tmp_path):
+    """A vector config at a size VEC does not divide binds those operands as scalars:
+    the manifest says so, binding by binding, as the WGSL declares them."""
+    cases = {
+        "k_odd": (Problem(64, 64, 61), blocked(), {"A": 1, "B": 4, "C": 4}),
+        "n_odd": (Problem(64, 66, 64, "f32", "nt", epilogue="bias"), variant(),
+                  {"A": 4, "B": 4, "C": 1, "bias": 1}),
+        "aligned": (Problem(64, 64, 64), blocked(), {"A": 4, "B": 4, "C": 4}),
+    }  # fmt: skip
+    for name, (problem, config, widths) in cases.items():
+        paths = autotune.export(Kernel(problem, config, "default", gpu=gpu), tmp_path, name=name)
+        buffers = {b["name"]: b for b in json.loads(paths["json"].read_text())["buffers"]}
+        wgsl = paths["wgsl"].read_text()
+        for operand, width in widths.items():
+            element = "f32" if width == 1 else f"vec{width}<f32>"
+            assert buffers[operand]["type"] == f"array<{element}>", (name, operand)
+            assert buffers[operand]["vector_width"] == width
+            assert re.search(
+                rf"var<storage, [a-z_]+> {operand}: array<{re.escape(element)}>;", wgsl
+            )
 
 
 def test_unquantized_manifest_has_no_weight_fields(gpu, tmp_path):

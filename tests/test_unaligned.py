@@ -13,29 +13,35 @@ from autotune.render import render
 from autotune.space import Config, load_space
 from autotune.verify import verify
 
-ODD = [  # (problem, templates): each misaligns other operands
-    (Problem(33, 70, 61), ("blocked", "splitk")),  # K odd: A's rows; N: B's and C's
-    (Problem(66, 30, 99, "f32", "tn", epilogue="bias,gelu"), ("blockedx", "splitk")),
-    (Problem(17, 45, 131, "f32", "nt", batch=2, epilogue="alpha,beta,relu"), ("blockedx",)),
-    (Problem(40, 52, 77, "f16", "tt", epilogue="beta"), ("blockedx", "splitk")),
-    (Problem(5, 129, 67, "f16", "nt", batch=2, epilogue="bias"), ("blockedx", "splitk")),
-    (Problem(7, 45, 250, "f32", "nn", batch=2, shared_b=True), ("blockedx", "splitk")),
-]
+# (problem, templates, pinned parameters, the widths A, B and C are moved in at VEC = 4)
+ODD = [
+    (Problem(33, 70, 61), ("blocked", "splitk"), {}, (1, 1, 1)),  # K odd: A's rows; N: B's, C's
+    (Problem(64, 64, 61), ("blocked",), {"DB": 2}, (1, 4, 4)),  # two workgroup buffers
+    (Problem(40, 45, 64), ("blocked",), {"AT": 1}, (4, 1, 1)),  # A staged transposed
+    (Problem(66, 30, 99, "f32", "tn", epilogue="bias,gelu"), ("blockedx", "splitk"), {},
+     (1, 1, 1)),
+    (Problem(40, 45, 64, "f32", "tn"), ("blockedx",), {}, (4, 1, 1)),  # M whole, N odd
+    (Problem(37, 44, 128, "f32", "tn", batch=2), ("blockedx", "splitk"), {}, (1, 4, 4)),
+    (Problem(40, 45, 64, "f32", "nt", epilogue="alpha,beta,bias"), ("blockedx", "splitk"), {},
+     (4, 4, 1)),  # B's rows whole (along K), each of its columns tested against N
+    (Problem(17, 45, 131, "f32", "nt", batch=2, epilogue="alpha,beta,relu"), ("blockedx",), {},
+     (1, 1, 1)),
+    (Problem(40, 52, 77, "f16", "tt", epilogue="beta"), ("blockedx", "splitk"), {}, (4, 1, 4)),
+    (Problem(5, 129, 67, "f16", "nt", batch=2, epilogue="bias"), ("blockedx", "splitk"), {},
+     (1, 1, 1)),
+    (Problem(7, 45, 252, "f32", "nn", batch=2, shared_b=True), ("blockedx", "splitk"), {},
+     (4, 1, 1)),
+]  # fmt: skip
 
 
-def misaligned_configs(template: str, problem: Problem, limits, count: int, seed: int):
-    """Up to `count` valid configs of vector width 2 or 4 at `problem`, sampled at random
-    (listing the whole space at an odd size takes long), each with at least one operand
-    moved as scalars."""
+def misaligned_configs(template, problem, limits, count: int, seed: int, pinned) -> list:
+    """Up to `count` valid configs of vector width 4 at `problem` with `pinned` parameters,
+    sampled at random (listing the whole space at an odd size takes long)."""
     space, rng, found = load_space(template), random.Random(seed), []
     for _ in range(4000):
         params = {name: rng.choice(list(values)) for name, values in space.params.items()}
-        params["VEC"] = rng.choice([2, 4, 4])
-        config = Config.make(template, params)
-        if config in found or space.why_invalid(config, problem, limits):
-            continue
-        context = space.context(config, problem)
-        if min(context["AV"], context["BV"], context["CV"]) < config["VEC"]:
+        config = Config.make(template, params | {"VEC": 4} | pinned)
+        if config not in found and not space.why_invalid(config, problem, limits):
             found.append(config)
             if len(found) == count:
                 break
@@ -43,16 +49,19 @@ def misaligned_configs(template: str, problem: Problem, limits, count: int, seed
 
 
 @pytest.mark.parametrize(
-    "problem, template",
-    [(problem, template) for problem, templates in ODD for template in templates],
+    "problem, template, pinned, widths",
+    [(p, t, pinned, widths) for p, templates, pinned, widths in ODD for t in templates],
     ids=str,
 )
-def test_vector_configs_compute_sizes_they_do_not_divide(gpu, problem, template):
+def test_vector_configs_compute_sizes_they_do_not_divide(gpu, problem, template, pinned, widths):
     if problem.dtype == "f16" and "shader-f16" not in gpu.features:
         pytest.skip("the adapter lacks shader-f16")
-    configs = misaligned_configs(template, problem, gpu.limits, count=3, seed=len(str(problem)))
-    assert configs, f"no vector config of {template} fits {problem}"
+    configs = misaligned_configs(template, problem, gpu.limits, 3, len(str(problem)), pinned)
+    assert len(configs) == 3, f"too few vector configs of {template} fit {problem}"
+    space = load_space(template)
     for config in configs:
+        context = space.context(config, problem)
+        assert (context["AV"], context["BV"], context["CV"]) == widths
         for checks in (False, True):
             compiled = compile_shader(render(config, problem), gpu, checks=checks)
             verdict = verify(compiled, gpu)
