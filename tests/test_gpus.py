@@ -437,8 +437,17 @@ def test_a_failure_stops_a_problem_being_begun(gpu, cache_dir, begun, capfd):
     assert_nothing_measured_or_left(events, cache_dir, capfd)
 
 
+@pytest.fixture
+def ctrl_c():
+    """SIGINT raises KeyboardInterrupt here, as in a terminal, even where the tests run in
+    the background of a script (which leaves SIGINT ignored)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.slow
-def test_ctrl_c_while_a_problem_is_begun_stops_every_gpu(gpu, cache_dir, begun, capfd):
+def test_ctrl_c_while_a_problem_is_begun_stops_every_gpu(gpu, cache_dir, begun, capfd, ctrl_c):
     events = []
 
     def interrupt():  # Ctrl-C, once the first GPU is in its begin
