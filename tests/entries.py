@@ -5,10 +5,12 @@ from autotune.problem import Problem
 from autotune.space import load_space
 
 
-def seed_entry(problem: Problem, template: str = "naive", checks: bool = True, **fields):
-    """The entry of `template`'s first seed at `problem`, measured at 0.1 ms (`fields`
-    replace any of its values, e.g. date)."""
-    config = load_space(template).seed_configs(problem)[0]
+def seed_entry(
+    problem: Problem, template: str = "naive", checks: bool = True, config=None, **fields
+):
+    """The entry of `config` (default: `template`'s first seed) at `problem`, measured at
+    0.1 ms (`fields` replace any of its values, e.g. date)."""
+    config = config or load_space(template).seed_configs(problem)[0]
     values = dict(
         key=cache.Key.of(problem, config, checks),
         params=config.as_dict(),

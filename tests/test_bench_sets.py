@@ -20,6 +20,15 @@ import shapes  # noqa: E402
 import timing  # noqa: E402
 
 
+def shipped_problems() -> list[Problem]:
+    """The problem of every entry in the shipped cache files."""
+    return [
+        cache.Entry.from_json(key, data).key.problem
+        for path in cache.shipped_cache_dir().glob("*.json")
+        for key, data in json.loads(path.read_text())["entries"].items()
+    ]
+
+
 def test_out_of_box_file_is_the_generators_draw_and_nobody_tuned_it():
     drawn = shapes.draw_out_of_box()
     assert shapes.OUT_OF_BOX_FILE.read_text() == shapes.out_of_box_text(drawn)
@@ -27,11 +36,7 @@ def test_out_of_box_file_is_the_generators_draw_and_nobody_tuned_it():
     assert len({p.shape for p in drawn}) == 12 and {p.layout for p in drawn} == {"nn", "nt"}
     llm = drawn[: shapes.LLM_DRAWS]
     assert all(p.M in shapes.TOKENS and (p.N, p.K) in shapes.LINEAR_LAYERS for p in llm)
-    shipped = [
-        cache.Entry.from_json(key, data).key.problem
-        for path in cache.shipped_cache_dir().glob("*.json")
-        for key, data in json.loads(path.read_text())["entries"].items()
-    ]
+    shipped = shipped_problems()
     assert shipped and not {(p.shape, p.layout) for p in shipped} & {
         (p.shape, p.layout) for p in drawn
     }
@@ -43,11 +48,7 @@ def test_odd_set_is_odd_sizes_nobody_tuned(monkeypatch):
     assert len({p.shape for p in odd}) == shapes.ODD_SHAPES and {p.dtype for p in odd} == {"f16"}
     assert all(d % 2 == 1 and d <= shapes.ODD_LARGEST for p in odd for d in (p.M, p.N, p.K))
     assert {p.layout for p in odd} == {"nn", "nt"}
-    shipped = {
-        cache.Entry.from_json(key, data).key.problem.shape
-        for path in cache.shipped_cache_dir().glob("*.json")
-        for key, data in json.loads(path.read_text())["entries"].items()
-    }
+    shipped = {p.shape for p in shipped_problems()}
     assert shipped and not shipped & {p.shape for p in odd}
 
 

@@ -355,10 +355,7 @@ def test_a_tuned_entry_replaces_an_estimate_and_an_estimate_never_a_tuned_one(tm
     store = cache.DeviceCache(tmp_path, FINGERPRINT, VERSIONS)
     problem = Problem(16, 16, 16)
     blocked = load_space("blocked").seed_configs(problem)
-    fast, slow = (
-        seed_entry(problem, "blocked", params=c.as_dict(), key=Key.of(problem, c, True))
-        for c in blocked[-2:]
-    )
+    fast, slow = (seed_entry(problem, config=c) for c in blocked[-2:])
     assert store.put(replace(fast, median_s=1e-6, estimated=True))
     assert store.put(replace(slow, median_s=1e-3))  # slower, but tuned: it replaces
     assert not store.put(replace(fast, median_s=1e-7, estimated=True))  # faster, estimated

@@ -227,9 +227,7 @@ def test_tuning_for_a_device_with_lower_limits_keeps_within_them(gpu, low_device
 
 def _cache_with(gpu, folder, problem, config, estimated=False):
     store = cache.DeviceCache(folder, gpu.fingerprint.as_dict(), versions())
-    key = cache.Key.of(problem, config, True)
-    store.put(seed_entry(problem, config.template, key=key, params=config.as_dict(),
-                         median_s=1e-9, estimated=estimated))  # fmt: skip
+    store.put(seed_entry(problem, config=config, median_s=1e-9, estimated=estimated))
     return store
 
 

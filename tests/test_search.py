@@ -1,6 +1,5 @@
 """The search on the real adapter: budgets, failures as values, resume, shared studies."""
 
-import dataclasses
 import math
 import os
 import socket
@@ -502,14 +501,10 @@ def test_a_new_shape_is_searched_first_with_the_configs_measured_nearby(gpu, cac
 
     problem, nearby = Problem(40, 36, 32), Problem(48, 36, 32)
     seeds = load_space("blocked").seed_configs(problem, gpu.limits)
-    tuned = next(  # a config no space lists as known-good, valid at both shapes
-        Config.make("blocked", dict(s.as_dict(), PAD=1 - s["PAD"]))
-        for s in seeds
-        if Config.make("blocked", dict(s.as_dict(), PAD=1 - s["PAD"])) not in seeds
-    )
-    entry = seed_entry(nearby, "blocked", params=tuned.as_dict())
+    flipped = [Config.make("blocked", dict(s.as_dict(), PAD=1 - s["PAD"])) for s in seeds]
+    tuned = next(c for c in flipped if c not in seeds)  # valid at both, no space's seed
     store = cache.DeviceCache(cache_dir, gpu.fingerprint.as_dict(), versions())
-    store.put(dataclasses.replace(entry, key=cache.Key.of(nearby, tuned, True)))
+    store.put(seed_entry(nearby, config=tuned))
     store.put(seed_entry(problem, "blocked"))  # the shape's own entry is not a neighbour
     assert neighbours(problem, True, gpu, cache_dir, ("blocked",), gpu.limits) == [tuned]
     assert neighbours(problem, True, gpu, cache_dir, ("splitk",), gpu.limits) == []
