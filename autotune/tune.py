@@ -192,6 +192,11 @@ def check_budget(trials: object, timeout: object) -> tuple[int | None, float | N
     return (None if trials is None else int(trials)), timeout
 
 
+def default_templates(problem: Problem) -> tuple[str, ...]:
+    """The built-in families with a config at `problem`: what a tune searches unless told."""
+    return tuple(t for t in BUILT_IN if load_space(t).first_config(problem) is not None)
+
+
 def baseline(problem: Problem, gpu: Gpu, evaluator: Evaluator) -> Outcome | None:
     """The tutorial tiled 16x16 kernel, measured like any candidate."""
     seeds = load_space(BASELINE_TEMPLATE).seed_configs(problem, gpu.limits)
@@ -289,9 +294,7 @@ class _Tuning:
         o = self.options = options
         self.stopping = stopping  # the pool's Event: set, the search stops (None: its own)
         self.problem = problem
-        self.templates = o.templates or tuple(
-            t for t in BUILT_IN if load_space(t).first_config(problem) is not None
-        )
+        self.templates = o.templates or default_templates(problem)
         gpu = self.gpu = o.gpu or get_gpu()
         self.limits = portable_limits(gpu.limits) if o.portable else gpu.limits
         check_fits(problem, gpu, self.limits)

@@ -10,6 +10,12 @@ seconds of search and the next run with the same DIR carries on where it stopped
 LONG seconds were searched: a 10-minute tune fits calls of a few minutes. DIR/state.json
 counts the seconds spent; a shape whose two tunes are done is timed and written to
 DIR/rows.json, and the table of every finished shape is printed last.
+
+`--long-from ROWS` (an earlier run's rows.json) takes each shape's long tune from there:
+its config is re-timed in this run beside a new short tune, so the short search (which
+starts from the configs measured at other shapes, `lookup.neighbours`) is compared with
+the same 10 minutes of search without spending them again. Each row names the configs
+the short tune was seeded with.
 """
 
 from __future__ import annotations
@@ -26,8 +32,10 @@ sys.path.insert(0, str(Path(__file__).parent.parent))  # this checkout's autotun
 from timing import verified, wgsl_timing  # noqa: E402
 
 import autotune  # noqa: E402
-from autotune.lookup import forget  # noqa: E402
+from autotune.lookup import forget, neighbours  # noqa: E402
 from autotune.problem import parse_shape  # noqa: E402
+from autotune.space import Config  # noqa: E402
+from autotune.tune import default_templates  # noqa: E402
 from autotune.verify import Reference  # noqa: E402
 
 ROUNDS = 3  # alternating rounds of timing per kernel
@@ -49,9 +57,18 @@ def advance(problem, args, state: dict, budget: float, gpu) -> float:
     shape = problem.shape
     done = state.setdefault(shape, {"short_s": 0.0, "long_s": 0.0, "wall_s": {}})
     if not done["short_s"]:
+        done["seeded_with"] = [str(c) for c in neighbours(
+            problem, False, gpu, args.out / f"short-{shape}", default_templates(problem),
+            gpu.limits,
+        )]  # fmt: skip
         done["wall_s"]["short"] = tune_for(problem, args.short, args.out / f"short-{shape}",
                                            None, gpu)  # fmt: skip
         done["short_s"] = args.short
+    if args.long_from is not None:  # searched in the earlier run
+        earlier = args.long_from[shape]["tuning"]
+        done["long_s"], done["long_from_earlier_run"] = earlier["long_s"], True
+        done["wall_s"]["long"] = earlier["wall_s"]["long"]
+        return 0.0
     left = min(args.long - done["long_s"], budget)
     if left <= 0:
         return 0.0
@@ -62,16 +79,30 @@ def advance(problem, args, state: dict, budget: float, gpu) -> float:
     return left
 
 
+def parse_config(text: str) -> Config:
+    """A Config from its str(): "blocked BK=16 BM=128 ..."."""
+    template, *params = text.split()
+    return Config.make(template, {k: int(v) for k, v in (p.split("=") for p in params)})
+
+
+def tuned_config(problem, name: str, args, gpu) -> Config:
+    """The config the `name` tune of `problem` kept (a long one given by --long-from)."""
+    if name == "long" and args.long_from is not None:
+        return parse_config(args.long_from[problem.shape]["long_config"])
+    forget()
+    kernel = autotune.lookup(**problem.arguments, checks=False, gpu=gpu, estimate=False,
+                             cache_dir=args.out / f"{name}-{problem.shape}")  # fmt: skip
+    assert kernel.source == "exact", f"{name} tune of {problem} kept nothing"
+    return kernel.config
+
+
 def time_both(problem, args, gpu) -> dict:
     """Both tunes' kernels, verified, timed in alternating rounds on the same data."""
     reference = Reference(problem, seed=0)
     kernels = {}
     for name in ("short", "long"):
-        forget()
-        kernel = autotune.lookup(**problem.arguments, checks=False, gpu=gpu, estimate=False,
-                                 cache_dir=args.out / f"{name}-{problem.shape}")  # fmt: skip
-        assert kernel.source == "exact", f"{name} tune of {problem} kept nothing"
-        kernels[name] = (kernel.config, verified(kernel.config, problem, gpu, False, reference))
+        config = tuned_config(problem, name, args, gpu)
+        kernels[name] = (config, verified(config, problem, gpu, False, reference))
     rounds = {"short": [], "long": []}
     for _ in range(ROUNDS):
         for name, (_, ready) in kernels.items():
@@ -111,10 +142,17 @@ def main(argv=None) -> int:
     parser.add_argument("--long", type=float, default=600.0, help="seconds of search")
     parser.add_argument("--chunk", type=float, default=None,
                         help="seconds of long search in this run (default: all of it)")  # fmt: skip
+    parser.add_argument("--long-from", type=Path, metavar="ROWS",
+                        help="an earlier run's rows.json: its long configs, re-timed")  # fmt: skip
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     if not 0 < args.short <= args.long:
         parser.error("--short and --long must be seconds with 0 < short <= long")
+    if args.long_from is not None:
+        args.long_from = {r["shape"]: r for r in json.loads(args.long_from.read_text())}
+        missing = [s for s in args.shape if parse_shape(s).shape not in args.long_from]
+        if missing:
+            parser.error(f"--long-from has no long tune of {', '.join(missing)}")
     args.out.mkdir(parents=True, exist_ok=True)
     state_file, rows_file = args.out / "state.json", args.out / "rows.json"
     state = json.loads(state_file.read_text()) if state_file.exists() else {}

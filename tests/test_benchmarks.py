@@ -178,6 +178,26 @@ def test_short_against_long_tune_resumes_the_long_one_across_runs(gpu, cache_dir
     assert "| 24x20x16 f32 nn |" in second and "not finished" not in second
 
 
+def test_short_tune_is_timed_against_an_earlier_runs_long_config(gpu, cache_dir, tmp_path):
+    """--long-from: the long tune is not run again; its config, read from the earlier
+    rows, is timed beside the new short tune, and the row says what seeded the short one."""
+    long_config = "naive WX=16 WY=4"
+    earlier = [{"shape": "24x20x16", "long_config": long_config,
+                "tuning": {"long_s": 600.0, "wall_s": {"long": 612.0}}}]  # fmt: skip
+    (tmp_path / "earlier.json").write_text(json.dumps(earlier))
+    out = run_script("short_vs_long.py", "--shape", "24x20x16", "--short", "1",
+                     "--long-from", "earlier.json", "--out", "d", cwd=tmp_path)  # fmt: skip
+    (row,) = json.loads((tmp_path / "d" / "rows.json").read_text())
+    assert row["long_config"] == long_config and row["long_kernel_s"] > 0
+    assert row["tuning"]["long_s"] == 600.0 and row["tuning"]["long_from_earlier_run"]
+    assert isinstance(row["tuning"]["seeded_with"], list)
+    assert not (tmp_path / "d" / "long-24x20x16").exists()  # nothing searched for it
+    assert "| 24x20x16 f32 nn |" in out
+    missing = run_script("short_vs_long.py", "--shape", "8x8x8", "--long-from", "earlier.json",
+                         "--out", "e", cwd=tmp_path, status=2)  # fmt: skip
+    assert "--long-from has no long tune of 8x8x8" in missing
+
+
 def test_mlp_runs_chained_on_its_own_device_and_checks_the_result(gpu, cache_dir, tmp_path):
     run_script("mlp.py", "--quick", "--out", "mlp", cwd=tmp_path)
     report = json.loads((tmp_path / "mlp" / "mlp.json").read_text())
