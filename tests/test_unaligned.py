@@ -78,3 +78,30 @@ def test_aligned_operands_keep_their_vector_loads():
     assert "var<storage, read_write> C: array<vec4<f32>>;" in wgsl
     aligned = render(config, Problem(64, 64, 64)).wgsl
     assert "var<storage, read> A: array<vec4<f32>>;" in aligned
+
+
+BLOCKED = dict(VEC=4, PAD=1, UNROLL=1, DB=1, GROUP=1, WARP=0)
+BLOCKEDX = dict(VEC=4, PAD=1, UNROLL=1, DB=1, GROUP=1, SWZ=0, ACC=0)
+# Operands bound as scalars and stored transposed are staged in patches of 4 lines x 8
+# positions per 32 invocations; the index arithmetic differs with the runs' length (BK)
+# and the invocations per workgroup (THREADS): each case here takes another of its forms.
+STAGING = [
+    (Problem(70, 64, 61), "blocked", dict(BLOCKED, AT=1, BM=32, TM=4, BN=64, TN=8, BK=32)),
+    (Problem(70, 64, 61), "blocked", dict(BLOCKED, AT=1, BM=32, TM=4, BN=64, TN=8, BK=16, DB=2,
+                                          PAD=0)),
+    (Problem(70, 64, 61), "blocked", dict(BLOCKED, AT=1, BM=32, TM=4, BN=64, TN=8, BK=8)),
+    (Problem(70, 64, 61), "blocked", dict(BLOCKED, AT=1, BM=32, TM=8, BN=64, TN=8, BK=16)),
+    (Problem(40, 48, 61, "f32", "nt"), "blockedx",
+     dict(BLOCKEDX, AT=0, BM=32, TM=4, BN=32, TN=4, BK=32)),
+    (Problem(40, 48, 61, "f32", "nt"), "splitk",
+     dict(BLOCKEDX, AT=1, BM=32, TM=4, BN=32, TN=4, BK=16, SPLIT=2, RW=64)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("problem, template, params", STAGING, ids=str)
+def test_scalar_operands_staged_transposed_in_each_index_form(gpu, problem, template, params):
+    config = Config.make(template, params)
+    assert load_space(template).why_invalid(config, problem, gpu.limits) is None
+    for checks in (False, True):
+        verdict = verify(compile_shader(render(config, problem), gpu, checks=checks), gpu)
+        assert verdict.ok, f"{config} checks={checks}: {verdict.reason}"
