@@ -21,7 +21,9 @@ resumes where it stopped, and several processes share one budget.
 Several evaluators (a worker on each GPU of a host, autotune.gpus) can measure for one
 search at once: each is a `Lane`, driven by a thread of its own through `Search.work`.
 Proposing, claiming and recording are done one lane at a time (under the search's
-lock); only the measuring runs side by side, each lane on its own evaluator. A lane
+lock); the measuring runs side by side, each lane on its own evaluator, and so does
+each result's report (on_trial, where tune stores a new best in the cache, then the
+trial told finished). A lane
 whose worker cannot be restarted leaves the search (`Lane.out` says why) and gives back
 its claims; the other lanes go on. A crash or a lost device is usually the candidate's
 fault, and samplers propose alike configs together: a lane's crashed or device-lost
@@ -148,6 +150,10 @@ class Lane:
     # Its crashed or device-lost trials in a row (trial, outcome, started, ended), held
     # until a known-good config tells whether they are the candidates' fault or the GPU's.
     faults: list = field(default_factory=list)
+    # Its recorded trials (trial, outcome, event) waiting for on_trial and to be told
+    # finished, which happen outside the search's lock (the cache write of a new best
+    # would pause the other lanes).
+    reports: deque = field(default_factory=deque)
     measured: int = 0  # candidates it measured (over every search it took part in)
 
     def held(self, outcome: Outcome) -> bool:
@@ -240,7 +246,11 @@ class Search:
                     self.study.release(trial)
                 lane.pending.clear()
                 self._settle(lane, record=not (lane.out or self.stopping.is_set()))
-                self.lanes.discard(lane)
+            try:
+                self._report(lane)
+            finally:
+                with self.lock:
+                    self.lanes.discard(lane)
 
     def wants_more(self) -> bool:
         """Whether another lane joining now would find configs to measure."""
@@ -277,7 +287,7 @@ class Search:
 
     def _exhausted(self) -> bool:
         """The budget is spent, the time is up, or every valid config is measured."""
-        waiting = sum(len(lane.pending) + len(lane.faults) for lane in self.lanes)
+        waiting = sum(len(ln.pending) + len(ln.faults) + len(ln.reports) for ln in self.lanes)
         waiting += self.in_flight
         measured = len(self.study.history()) + waiting
         self.result.study_trials = len(self.study.history())
@@ -334,14 +344,15 @@ class Search:
                 self.study.release(trial)
                 self.full = False  # (the budget may have been full of this claim)
                 return
-            if not lane.held(outcome):
+            held = lane.held(outcome)
+            if not held:
                 self._settle(lane, record=True)  # the faults before it were the candidates'
                 self._record(lane, trial, outcome, started, ended)
-                return
-            lane.faults.append((trial, outcome, started, ended))
-            if len(lane.faults) < LOST_AFTER:
-                return
-        self._check(lane)
+            else:
+                lane.faults.append((trial, outcome, started, ended))
+        self._report(lane)
+        if held and len(lane.faults) >= LOST_AFTER:
+            self._check(lane)
 
     def _check(self, lane: Lane) -> None:
         """LOST_AFTER faults in a row on this lane: a known-good config tells whether its
@@ -364,6 +375,7 @@ class Search:
                     f"worker (the last: {last.failure}), {why}"
                 )
             self._settle(lane, record=lane.out is None and not self.stopping.is_set())
+        self._report(lane)
 
     def _settle(self, lane: Lane, record: bool) -> None:
         """The lane's held faults recorded (the candidates' own) or released (its GPU's:
@@ -385,13 +397,22 @@ class Search:
             result.failures[outcome.reason] += 1
         elif best_s is None or outcome.measurement.median_s < best_s:
             result.best = outcome
-        # The caller stores a new best (tune: in the cache) before the trial is told
-        # finished: killed in between, the trial counts as interrupted and is measured
-        # again, so no finished result is ever missing from the cache.
-        if self.on_trial:
-            elapsed = time.monotonic() - self.start
-            self.on_trial(
-                {"outcome": outcome, "result": result, "elapsed": elapsed, "gpu": lane.label,
-                 "started": started, "ended": ended, "evaluator": lane.evaluator}
-            )  # fmt: skip
-        self.study.finish(trial, outcome, lane.label)
+        event = {
+            "outcome": outcome, "result": result, "elapsed": time.monotonic() - self.start,
+            "gpu": lane.label, "started": started, "ended": ended, "evaluator": lane.evaluator,
+            "trial": trial.number,  # its number in the study
+            "new_best": outcome is result.best,  # as recorded: another lane may beat it since
+        }  # fmt: skip
+        lane.reports.append((trial, outcome, event))
+
+    def _report(self, lane: Lane) -> None:
+        """The lane's recorded trials passed to on_trial, then told finished; outside the
+        lock. The caller stores a new best (tune: in the cache) before the trial is told
+        finished: killed in between, the trial counts as interrupted and is measured
+        again, so no finished result is ever missing from the cache."""
+        while lane.reports:
+            trial, outcome, event = lane.reports.popleft()
+            if self.on_trial:
+                self.on_trial(event)
+            with self.lock:
+                self.study.finish(trial, outcome, lane.label)

@@ -419,7 +419,7 @@ class _Keeper:
 
     def on_trial(self, event: dict) -> None:
         outcome, result = event["outcome"], event["result"]
-        if outcome.ok and outcome is result.best:
+        if outcome.ok and event["new_best"]:  # stored slower than a faster one: refused
             self.store.put(self.entry(outcome, result))
             self.provisional.append(outcome.config.as_dict())
         if self.options.on_trial:

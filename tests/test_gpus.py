@@ -338,6 +338,39 @@ def replayed(gpu, trials: int, known_good) -> Search:
     )  # fmt: skip
 
 
+def test_a_lanes_report_holds_no_other_lane(gpu):
+    """on_trial (where tune writes a new best to the cache) runs outside the search's
+    lock: while one lane's report waits, the other lane goes on measuring and recording;
+    every trial is reported once, before it is told finished."""
+    s = 1e-3
+    ok = lambda config: Outcome(config, Measurement(s, s, s, "wall", 1, 1, s), error=0.0)  # noqa: E731
+    search = replayed(gpu, 6, None)
+    in_report, others_went_on = threading.Event(), threading.Event()
+    reported, finished_before_report, went_on = [], [], []
+
+    def on_trial(event):
+        state = next(t.state for t in search.study.optuna.trials if t.number == event["trial"])
+        finished_before_report.append(state.is_finished())
+        reported.append(event["gpu"])
+        if reported.count("1") == 2:
+            others_went_on.set()
+        if event["gpu"] == "0" and reported.count("0") == 1:  # a slow cache write
+            in_report.set()
+            went_on.append(others_went_on.wait(30))
+
+    search.on_trial = on_trial
+    lanes = [Lane(Replay(ok), "0"), Lane(Replay(ok), "1")]
+    threads = [threading.Thread(target=search.work, args=(lane,)) for lane in lanes]
+    threads[0].start()
+    assert in_report.wait(30)  # lane 0 is in its first report: lane 1 starts now
+    threads[1].start()
+    for thread in threads:
+        thread.join(60)
+    assert went_on == [True], f"lane 1 waited for lane 0's report: {reported}"
+    assert len(reported) == search.result.measured == 6 and not any(finished_before_report)
+    assert all(t.state != optuna.trial.TrialState.RUNNING for t in search.study.optuna.trials)
+
+
 def test_faults_in_a_row_are_the_gpus_only_if_a_known_good_config_fails_too(gpu):
     """LOST_AFTER crashes in a row on a lane: its GPU is checked with a known-good config.
     It fails too: the lane is out and its crashed trials go back, for another lane. It
