@@ -11,8 +11,9 @@ LONG seconds were searched: a 10-minute tune fits calls of a few minutes. DIR/st
 counts the seconds spent; a shape whose two tunes are done is timed and written to
 DIR/rows.json, and the table of every finished shape is printed last.
 
-`--long-from ROWS` (an earlier run's rows.json) takes each shape's long tune from there:
-its config is re-timed in this run beside a new short tune, so the short search (which
+`--long-from ROWS` (an earlier run's rows.json) takes each problem's long tune from there
+(the row of the same shape, dtype and layout, however long it searched): its config is
+re-timed in this run beside a new short tune, so the short search (which
 starts from the configs measured at other shapes, `lookup.neighbours`) is compared with
 the same 10 minutes of search without spending them again. Each row names the configs
 the short tune was seeded with.
@@ -64,8 +65,8 @@ def advance(problem, args, state: dict, budget: float, gpu) -> float:
         done["wall_s"]["short"] = tune_for(problem, args.short, args.out / f"short-{shape}",
                                            None, gpu)  # fmt: skip
         done["short_s"] = args.short
-    if args.long_from is not None:  # searched in the earlier run
-        earlier = args.long_from[shape]["tuning"]
+    if args.long_from is not None:  # searched in the earlier run, for as long as it was
+        earlier = args.long_from[str(problem)]["tuning"]
         done["long_s"], done["long_from_earlier_run"] = earlier["long_s"], True
         done["wall_s"]["long"] = earlier["wall_s"]["long"]
         return 0.0
@@ -88,7 +89,7 @@ def parse_config(text: str) -> Config:
 def tuned_config(problem, name: str, args, gpu) -> Config:
     """The config the `name` tune of `problem` kept (a long one given by --long-from)."""
     if name == "long" and args.long_from is not None:
-        return parse_config(args.long_from[problem.shape]["long_config"])
+        return parse_config(args.long_from[str(problem)]["long_config"])
     forget()
     kernel = autotune.lookup(**problem.arguments, checks=False, gpu=gpu, estimate=False,
                              cache_dir=args.out / f"{name}-{problem.shape}")  # fmt: skip
@@ -149,8 +150,9 @@ def main(argv=None) -> int:
     if not 0 < args.short <= args.long:
         parser.error("--short and --long must be seconds with 0 < short <= long")
     if args.long_from is not None:
-        args.long_from = {r["shape"]: r for r in json.loads(args.long_from.read_text())}
-        missing = [s for s in args.shape if parse_shape(s).shape not in args.long_from]
+        args.long_from = {r["problem"]: r for r in json.loads(args.long_from.read_text())}
+        problems = [str(parse_shape(s, args.dtype, layout=args.layout)) for s in args.shape]
+        missing = [p for p in problems if p not in args.long_from]
         if missing:
             parser.error(f"--long-from has no long tune of {', '.join(missing)}")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -167,7 +169,8 @@ def main(argv=None) -> int:
             break  # this run's seconds are spent: the next shape waits for the next run
         budget -= advance(problem, args, state, budget, gpu)
         state_file.write_text(json.dumps(state, indent=1))
-        if state[problem.shape]["long_s"] >= args.long:
+        done = state[problem.shape]
+        if done["long_s"] >= args.long or done.get("long_from_earlier_run"):
             rows.append(time_both(problem, args, gpu) | {"tuning": state[problem.shape]})
             rows_file.write_text(json.dumps(rows, indent=1))
     print(table(rows, args))

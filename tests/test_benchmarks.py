@@ -179,23 +179,35 @@ def test_short_against_long_tune_resumes_the_long_one_across_runs(gpu, cache_dir
 
 
 def test_short_tune_is_timed_against_an_earlier_runs_long_config(gpu, cache_dir, tmp_path):
-    """--long-from: the long tune is not run again; its config, read from the earlier
-    rows, is timed beside the new short tune, and the row says what seeded the short one."""
-    long_config = "naive WX=16 WY=4"
-    earlier = [{"shape": "24x20x16", "long_config": long_config,
-                "tuning": {"long_s": 600.0, "wall_s": {"long": 612.0}}}]  # fmt: skip
+    """--long-from: the long tune is not run again (however long it searched); its config,
+    read from the earlier row of the same problem, is timed beside the new short tune, and
+    the row names the configs measured at other shapes that the short tune started from."""
+    from entries import seed_entry
+
+    from autotune import cache
+    from autotune.device import versions
+    from autotune.problem import Problem
+
+    long_config, nearby = "naive WX=16 WY=4", Problem(24, 20, 12)
+    earlier = [{"shape": "24x20x16", "problem": "24x20x16 f32 nn", "long_config": long_config,
+                "tuning": {"long_s": 300.0, "wall_s": {"long": 312.0}}}]  # fmt: skip
     (tmp_path / "earlier.json").write_text(json.dumps(earlier))
+    folder = tmp_path / "d" / "short-24x20x16"  # the short tune's cache: a measured neighbour
+    store = cache.DeviceCache(folder, gpu.fingerprint.as_dict(), versions())
+    store.put(seed_entry(nearby, "blocked", checks=False))
+    (neighbour,) = [e.config for e in store.entries().values()]
     out = run_script("short_vs_long.py", "--shape", "24x20x16", "--short", "1",
                      "--long-from", "earlier.json", "--out", "d", cwd=tmp_path)  # fmt: skip
     (row,) = json.loads((tmp_path / "d" / "rows.json").read_text())
     assert row["long_config"] == long_config and row["long_kernel_s"] > 0
-    assert row["tuning"]["long_s"] == 600.0 and row["tuning"]["long_from_earlier_run"]
-    assert isinstance(row["tuning"]["seeded_with"], list)
+    assert row["tuning"]["long_s"] == 300.0 and row["tuning"]["long_from_earlier_run"]
+    assert row["tuning"]["seeded_with"] == [str(neighbour)]
     assert not (tmp_path / "d" / "long-24x20x16").exists()  # nothing searched for it
-    assert "| 24x20x16 f32 nn |" in out
-    missing = run_script("short_vs_long.py", "--shape", "8x8x8", "--long-from", "earlier.json",
-                         "--out", "e", cwd=tmp_path, status=2)  # fmt: skip
-    assert "--long-from has no long tune of 8x8x8" in missing
+    assert "| 24x20x16 f32 nn |" in out and "not finished" not in out
+    for other in (["--shape", "8x8x8"], ["--shape", "24x20x16", "--layout", "nt"]):
+        refused = run_script("short_vs_long.py", *other, "--long-from", "earlier.json",
+                             "--out", "e", cwd=tmp_path, status=2)  # fmt: skip
+        assert "--long-from has no long tune of" in refused
 
 
 def test_mlp_runs_chained_on_its_own_device_and_checks_the_result(gpu, cache_dir, tmp_path):

@@ -82,10 +82,14 @@ def test_aligned_operands_keep_their_vector_loads():
 
 BLOCKED = dict(VEC=4, PAD=1, UNROLL=1, DB=1, GROUP=1, WARP=0)
 BLOCKEDX = dict(VEC=4, PAD=1, UNROLL=1, DB=1, GROUP=1, SWZ=0, ACC=0)
-# Operands bound as scalars and stored transposed are staged in patches of 4 lines x 8
-# positions per 32 invocations; the index arithmetic differs with the runs' length (BK)
-# and the invocations per workgroup (THREADS): each case here takes another of its forms.
+# How invocations take an operand's scalars depends on the runs' length (BK, or BM or BN
+# for a run along M or N) and the invocations per workgroup (THREADS): runs whole per
+# 32 invocations (THREADS a multiple of the run) or an invocation per position (the run a
+# multiple of THREADS); stored transposed, patches of 4 lines x 8 positions, whose index
+# has two forms (THREADS / 32 a multiple of the run's 8-position blocks or not). The cases
+# here take each form, with and without two workgroup buffers.
 STAGING = [
+    (Problem(20, 61, 64), "blocked", dict(BLOCKED, AT=0, BM=16, TM=4, BN=64, TN=8, BK=16)),
     (Problem(70, 64, 61), "blocked", dict(BLOCKED, AT=1, BM=32, TM=4, BN=64, TN=8, BK=32)),
     (Problem(70, 64, 61), "blocked", dict(BLOCKED, AT=1, BM=32, TM=4, BN=64, TN=8, BK=16, DB=2,
                                           PAD=0)),
@@ -99,7 +103,7 @@ STAGING = [
 
 
 @pytest.mark.parametrize("problem, template, params", STAGING, ids=str)
-def test_scalar_operands_staged_transposed_in_each_index_form(gpu, problem, template, params):
+def test_scalar_operands_staged_in_each_index_form(gpu, problem, template, params):
     config = Config.make(template, params)
     assert load_space(template).why_invalid(config, problem, gpu.limits) is None
     for checks in (False, True):
