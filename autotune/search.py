@@ -23,14 +23,13 @@ search at once: each is a `Lane`, driven by a thread of its own through `Search.
 Proposing, claiming and recording are done one lane at a time (under the search's
 lock); the measuring runs side by side, each lane on its own evaluator, and so does
 each result's report (on_trial, where tune stores a new best in the cache, then the
-trial told finished). A lane
-whose worker cannot be restarted leaves the search (`Lane.out` says why) and gives back
-its claims; the other lanes go on. A crash or a lost device is usually the candidate's
-fault, and samplers propose alike configs together: a lane's crashed or device-lost
-trials are held, and after LOST_AFTER in a row its GPU is checked with a known-good
-config (the best so far, else the baseline's). Still good: the held trials are
-recorded as the failures they are. Not: the lane leaves, and its held trials go back
-to the study, for another GPU to measure.
+trial told finished). A lane whose worker cannot be restarted leaves the search
+(`Lane.out` says why) and gives back its claims; the other lanes go on. A crash or a
+lost device is usually the candidate's fault, and samplers propose alike configs
+together: a lane's crashed or device-lost trials are held, and after LOST_AFTER in a
+row its GPU is checked with a known-good config (the best so far, else the
+baseline's). Still good: the held trials are recorded as the failures they are. Not:
+the lane leaves, and its held trials go back to the study, for another GPU to measure.
 """
 
 from __future__ import annotations
@@ -71,6 +70,7 @@ class SearchResult:
     seconds: float = 0.0
     study_name: str = ""
     finalists: list[Config] = field(default_factory=list)  # to time again (tune: retime)
+    first: tuple[Config, ...] = ()  # tried before the known-good configs (tune: neighbours)
 
 
 def search(
@@ -199,7 +199,7 @@ class Search:
             # nearby), then the spaces' known-good configs, before the strategy's own
             for config in dict.fromkeys([*first, *self._seeds()]):
                 self.study.enqueue(config)
-        self.result = SearchResult(problem, None, 0, 0, study_name=name)
+        self.result = SearchResult(problem, None, 0, 0, study_name=name, first=tuple(first))
         # Each lane's claimed configs wait their turn in Lane.pending: with compile_ahead,
         # its evaluator compiles the next ones while it times the current one (never two
         # timings at once on one evaluator).

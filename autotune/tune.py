@@ -419,7 +419,9 @@ class _Keeper:
 
     def on_trial(self, event: dict) -> None:
         outcome, result = event["outcome"], event["result"]
-        if outcome.ok and event["new_best"]:  # stored slower than a faster one: refused
+        # A best when recorded, stored even if another lane has beaten it since: where the
+        # faster one is stored already, put() refuses it.
+        if outcome.ok and event["new_best"]:
             self.store.put(self.entry(outcome, result))
             self.provisional.append(outcome.config.as_dict())
         if self.options.on_trial:

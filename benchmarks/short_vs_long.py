@@ -33,23 +33,23 @@ sys.path.insert(0, str(Path(__file__).parent.parent))  # this checkout's autotun
 from timing import verified, wgsl_timing  # noqa: E402
 
 import autotune  # noqa: E402
-from autotune.lookup import forget, neighbours  # noqa: E402
+from autotune.lookup import forget  # noqa: E402
 from autotune.problem import parse_shape  # noqa: E402
 from autotune.space import Config  # noqa: E402
-from autotune.tune import default_templates  # noqa: E402
 from autotune.verify import Reference  # noqa: E402
 
 ROUNDS = 3  # alternating rounds of timing per kernel
 
 
-def tune_for(problem, seconds: float, folder: Path, storage: str | None, gpu) -> float:
-    """Tune `problem` for `seconds` of search into `folder`; the wall time it took."""
+def tune_for(problem, seconds: float, folder: Path, storage: str | None, gpu):
+    """Tune `problem` for `seconds` of search into `folder`: the wall time it took, and
+    the configs the search tried first (measured at other shapes)."""
     started = time.monotonic()
-    autotune.tune(
+    result = autotune.tune(
         **problem.arguments, trials=None, timeout=seconds, checks=False,
         cache_dir=folder, storage=storage, gpu=gpu,
     )  # fmt: skip
-    return time.monotonic() - started
+    return time.monotonic() - started, [str(c) for c in result.search.first]
 
 
 def advance(problem, args, state: dict, budget: float, gpu) -> float:
@@ -58,12 +58,9 @@ def advance(problem, args, state: dict, budget: float, gpu) -> float:
     shape = problem.shape
     done = state.setdefault(shape, {"short_s": 0.0, "long_s": 0.0, "wall_s": {}})
     if not done["short_s"]:
-        done["seeded_with"] = [str(c) for c in neighbours(
-            problem, False, gpu, args.out / f"short-{shape}", default_templates(problem),
-            gpu.limits,
-        )]  # fmt: skip
-        done["wall_s"]["short"] = tune_for(problem, args.short, args.out / f"short-{shape}",
-                                           None, gpu)  # fmt: skip
+        done["wall_s"]["short"], done["seeded_with"] = tune_for(
+            problem, args.short, args.out / f"short-{shape}", None, gpu
+        )
         done["short_s"] = args.short
     if args.long_from is not None:  # searched in the earlier run, for as long as it was
         earlier = args.long_from[str(problem)]["tuning"]
@@ -74,7 +71,7 @@ def advance(problem, args, state: dict, budget: float, gpu) -> float:
     if left <= 0:
         return 0.0
     storage = f"sqlite:///{args.out / f'long-{shape}.db'}"
-    wall = tune_for(problem, left, args.out / f"long-{shape}", storage, gpu)
+    wall, _ = tune_for(problem, left, args.out / f"long-{shape}", storage, gpu)
     done["long_s"] += left
     done["wall_s"]["long"] = done["wall_s"].get("long", 0.0) + wall
     return left
