@@ -43,6 +43,7 @@ CASES = [
     (Problem(1, 37, 129), gemv(TK=8, U=2, NC=2)),
     (Problem(16, 129, 77), gemv(TK=4, WG=128, U=4)),
     (Problem(3, 68, 96, "f32", "tn"), gemv(TK=8, VEC=4, U=2, NC=2)),
+    (Problem(16, 44, 132, "f32", "nt"), gemv(SG=1, TK=8, VEC=4, NC=8)),
 ]
 
 
@@ -57,8 +58,9 @@ def test_correct_for_layouts_and_odd_shapes(gpu, problem, config):
         (Problem(4, 48, 200, "f16", "nt"), gemv(SG=1, TK=8, VEC=4, U=2, NC=2)),
         (Problem(3, 36, 64, "f16", "nt", accumulate="f16"), gemv(TK=16, VEC=4, ACC=1)),
         (Problem(7, 44, 70, "f16"), gemv(TK=4, VEC=2, U=4)),
+        (Problem(16, 52, 200, "f16", "nt"), gemv(TK=16, VEC=4, NC=8)),
     ],
-    ids=["f32_acc_subgroups", "f16_acc", "nn"],
+    ids=["f32_acc_subgroups", "f16_acc", "nn", "f32_acc_eight_columns"],
 )
 def test_f16(gpu, problem, config):
     if "shader-f16" not in gpu.features:
