@@ -216,6 +216,11 @@ FUSED_CASES = {
         Problem(3, 37, 129, "f32", "nt", 2, False, "bias,gelu"),
         Config.make("gemv", dict(SG=0, WG=128, TK=16, NC=1, VEC=1, U=4, ACC=0)),
     ),
+    # 16 rows, eight columns per invocation: 128 accumulators in the browser's compiler
+    "decode_eight_columns": (
+        Problem(16, 44, 132, "f32", "nt", 2, False, "bias,gelu"),
+        Config.make("gemv", dict(SG=0, WG=128, TK=16, NC=8, VEC=4, U=1, ACC=0)),
+    ),
 }
 # decoding reduced with subgroupAdd: needs the device feature "subgroups"
 SUBGROUP_CASES = {

@@ -43,7 +43,10 @@ CASES = [
     (Problem(1, 37, 129), gemv(TK=8, U=2, NC=2)),
     (Problem(16, 129, 77), gemv(TK=4, WG=128, U=4)),
     (Problem(3, 68, 96, "f32", "tn"), gemv(TK=8, VEC=4, U=2, NC=2)),
+    # eight columns per invocation: both reductions; B stored K x N (32 accumulators a row)
     (Problem(16, 44, 132, "f32", "nt"), gemv(SG=1, TK=8, VEC=4, NC=8)),
+    (Problem(16, 44, 132, "f32", "nt"), gemv(TK=16, WG=128, VEC=4, NC=8)),
+    (Problem(4, 300, 70), gemv(TK=8, VEC=4, NC=8)),
 ]
 
 
