@@ -11,11 +11,14 @@ import autotune
 from autotune.__main__ import main
 from autotune.problem import ProblemError
 
+# The most columns one workgroup covers at 1 x N x 1 with N odd (so scalars): gemv's 64
+# column groups of 8 columns (blocked's BN is 256).
+WIDEST_COLUMNS = 512
+
 
 def wide(gpu) -> int:
-    """An N for which every template's widest tile needs more workgroups than allowed:
-    odd, so scalars; the widest is gemv's, 64 column groups of 8 columns (blocked's 256)."""
-    return 512 * gpu.limits["max-compute-workgroups-per-dimension"] + 1
+    """An N for which every template's widest tile needs more workgroups than allowed."""
+    return WIDEST_COLUMNS * gpu.limits["max-compute-workgroups-per-dimension"] + 1
 
 
 def test_too_many_workgroups_is_refused_naming_the_limit(gpu, cache_dir):

@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import optuna
 import pytest
+from test_limits import WIDEST_COLUMNS
 
 import autotune
 from autotune.__main__ import main
@@ -273,8 +274,10 @@ def test_cli_odd_values_exit_2_naming_the_option(capsys, tmp_path, argv, words):
         (["lookup", "--shape", "8x8x8", "--batch", "100000"], "argument --batch: batch 100000 of"),
         (["lookup", "--shape", "100000x100000x1", "--batch", "2"], "argument --shape: C (2x100000"),
         (["demo", "--shape", "100000x100000x8"], "argument --shape: C (100000x100000 f32) needs"),
-        # 512 * 65535 + 1 columns: past gemv's widest workgroup (512 columns) too
-        (["demo", "--shape", "1x33553921x1"], "max-compute-workgroups-per-dimension = 65535"),
+        (
+            ["demo", "--shape", f"1x{WIDEST_COLUMNS * 65535 + 1}x1"],
+            "max-compute-workgroups-per-dimension = 65535",
+        ),
     ],
     ids=["batch over the buffer limit", "batch over the workgroup limit", "shape", "demo", "demo2"],
 )
