@@ -4,10 +4,9 @@ Order: an entry for this exact problem in the user's cache, then in the shipped 
 (tuned there, or estimated by an earlier lookup); else the configs this device's cache
 measured at other shapes and each family's known-good configs, ranked by predicted time
 at this shape (autotune.predict), the best few verified and timed here within a small
-budget, then the fastest with its space's `refit` parameters one step either side
-(`refitted`), the fastest of all kept in the user's cache marked `estimated`, so the
-next call is instant; a sound default config last. Every config not tuned for this
-exact problem is verified at it before it is handed out.
+budget, the fastest kept in the user's cache marked `estimated`, so the next call is
+instant; a sound default config last. Every config not tuned for this exact problem is
+verified at it before it is handed out.
 """
 
 from __future__ import annotations
@@ -39,7 +38,6 @@ _MEMO_LOCK = threading.Lock()
 _FORGOTTEN = [0]  # forget()s so far: a lookup begun before one is not memoized
 ESTIMATE_S = 2.0  # what choosing among ranked configs at a new shape may take, about
 SHORTLIST = 6  # ranked configs timed at a new shape (each family's best among them)
-REFIT_SHARE = 0.25  # of that time kept for the winner refitted to the shape (Space.refit)
 NEIGHBOURS = 4  # measured configs a tune of a new shape tries first
 
 
@@ -129,15 +127,16 @@ def _first_verified(configs, source, problem, checks, gpu, reference) -> Kernel 
     return None
 
 
-def _timed(configs, problem, checks, gpu, reference, deadline, timed=()) -> list[tuple]:
-    """`timed` and (measurement, kernel, verdict) for each of `configs` that verifies,
-    timed here; at least one verified config is timed, the others until `deadline`."""
-    timed = list(timed)
-    for config in configs:
+def _timed(shortlisted, problem, checks, gpu, reference, budget_s) -> list[tuple]:
+    """(measurement, kernel, verdict) for the shortlisted configs that verify, each timed
+    here; at least one verified config is timed, the others while the budget lasts."""
+    deadline = time.monotonic() + budget_s
+    timed = []
+    for candidate in shortlisted:
         left = deadline - time.monotonic()
         if timed and left <= 0:
             break
-        found = _verified(problem, config, "estimated", checks, gpu, reference)
+        found = _verified(problem, candidate.config, "estimated", checks, gpu, reference)
         if found is None:
             continue
         kernel, verdict = found
@@ -153,22 +152,6 @@ def _timed(configs, problem, checks, gpu, reference, deadline, timed=()) -> list
     return timed
 
 
-def refitted(config: Config, accept) -> list[Config]:
-    """`config` with one of its space's `refit` parameters moved to the neighbouring value
-    (of the values the space lists, in order) down or up, those `accept(config)` allows:
-    a split of K that won at another shape, tried one step either side at this one."""
-    space = load_space(config.template)
-    found = []
-    for name in space.refit:
-        values = space.params[name]
-        at = values.index(config[name])
-        for value in values[max(0, at - 1) : at] + values[at + 1 : at + 2]:
-            moved = Config.make(config.template, config.as_dict() | {name: value})
-            if accept(moved):
-                found.append(moved)
-    return found
-
-
 def _estimate(problem, checks, stores, gpu, limits, reference, portable, budget_s):
     """The ranked configs' best at `problem`: timed within `budget_s` and cached (a
     budget of 0: the first that verifies, untimed)."""
@@ -178,40 +161,23 @@ def _estimate(problem, checks, stores, gpu, limits, reference, portable, budget_
         configs = [c.config for c in ranked]
         return _first_verified(configs, "predicted", problem, checks, gpu, reference)
     shortlisted = predict.shortlist(ranked, SHORTLIST)
-    configs = [c.config for c in shortlisted]
-    deadline = started + budget_s * (1 - REFIT_SHARE)
-    timed = _timed(configs, problem, checks, gpu, reference, deadline)
+    timed = _timed(shortlisted, problem, checks, gpu, reference, budget_s)
     if not timed:  # none of the shortlist computes it correctly here: the rest, in order
         rest = [c.config for c in ranked if c not in shortlisted]
         return _first_verified(rest, "predicted", problem, checks, gpu, reference)
-    accept = runs_here(limits, problem, gpu)
-    timed = _refits_timed(timed, problem, checks, gpu, reference, accept, started + budget_s)
     measurement, kernel, verdict = min(timed, key=lambda t: t[0].median_s)
     key = Key.of(problem, kernel.config, kernel.checks, portable, gpu.limited_as(portable))
     entry = cache.Entry.measured(
         key, kernel.config, measurement, verdict.error,
         tuning_s=time.monotonic() - started, estimated=True,
     )  # fmt: skip
-    _keep_estimate(entry, stores[0])
+    if _keeps_estimates(stores[0]):
+        try:
+            stores[0].put(entry)
+        except (OSError, cache.CacheError) as error:  # served all the same, chosen again
+            cache.warn_once(f"{stores[0].path}: estimated kernel not kept: {error}")
     kernel.entry = entry
     return kernel
-
-
-def _refits_timed(timed, problem, checks, gpu, reference, accept, deadline) -> list[tuple]:
-    """`timed` (see _timed) and its fastest config's refits (`refitted`) timed until
-    `deadline`."""
-    winner = min(timed, key=lambda t: t[0].median_s)[1].config
-    tried = {kernel.config for _, kernel, _ in timed}
-    refits = [c for c in refitted(winner, accept) if c not in tried]
-    return _timed(refits, problem, checks, gpu, reference, deadline, timed)
-
-
-def _keep_estimate(entry: cache.Entry, store: cache.DeviceCache) -> None:
-    if _keeps_estimates(store):
-        try:
-            store.put(entry)
-        except (OSError, cache.CacheError) as error:  # served all the same, chosen again
-            cache.warn_once(f"{store.path}: estimated kernel not kept: {error}")
 
 
 def _keeps_estimates(store: cache.DeviceCache) -> bool:

@@ -204,9 +204,6 @@ class Space:
     workspaces: list[_Rule] = field(default_factory=list)  # name, bytes
     version: int = 1  # raised when what a config means changes without its WGSL changing
     weights: bool = False  # computes problems with quantized weights (and only those)
-    # parameters whose best value follows the shape (split-K's SPLIT): a lookup at a new
-    # shape also times its winner with each of them one listed value up and down
-    refit: tuple[str, ...] = ()
 
     @classmethod
     def from_toml(cls, text: str, template: str) -> Space:
@@ -275,7 +272,6 @@ class Space:
             workspaces,
             version,
             weights,
-            _refit(data, params, template),
         )
 
     @property
@@ -421,13 +417,6 @@ class Space:
         """The file's known-good configs that are valid for this problem, in file order."""
         seeds = [Config.make(self.template, s) for s in self.seeds]
         return [c for c in seeds if self.why_invalid(c, problem, limits) is None]
-
-
-def _refit(data: dict, params: dict, template: str) -> tuple[str, ...]:
-    names = data.get("refit", [])
-    if not isinstance(names, list) or not all(n in params for n in names):
-        raise SpaceError(f"search space {template!r}: refit must list parameters of the space")
-    return tuple(names)
 
 
 def _parsed(text: str, template: str) -> dict:

@@ -3,7 +3,6 @@ tile grid that leaves the GPU idle), the best few timed at the shape, the fastes
 in the cache as `estimated`."""
 
 import json
-import time
 import warnings
 
 import numpy as np
@@ -13,7 +12,7 @@ from entries import seed_entry
 import autotune
 from autotune import cache, predict
 from autotune.device import versions
-from autotune.lookup import _cached, _refits_timed, _timed, forget, refitted, runs_here
+from autotune.lookup import _cached, forget
 from autotune.problem import Problem
 from autotune.space import Config, load_space
 
@@ -243,40 +242,3 @@ def test_the_shipped_cache_holds_tuned_entries_only(gpu, monkeypatch):
         assert not [k for k, v in entries.items() if v.get("estimated")], path.name
         # no entry chosen for one caller's device of lower limits
         assert {cache.Key.parse(k).space for k in entries} <= {"device", "portable"}
-
-
-def splitk(problem, split):
-    config = load_space("splitk").seed_configs(problem)[0]
-    return Config.make("splitk", config.as_dict() | {"SPLIT": split})
-
-
-def test_a_split_is_refitted_one_listed_value_either_side():
-    """split-K's winner at a new shape is tried at the next SPLIT down and up, within the
-    space's list and where valid; a family without `refit` parameters has none."""
-    problem = Problem(64, 64, 8192)
-    assert load_space("splitk").refit == ("SPLIT",)
-    assert load_space("blocked").refit == ()
-    accept = lambda config: True  # noqa: E731
-    splits = lambda split, accept=accept: [  # noqa: E731
-        c["SPLIT"] for c in refitted(splitk(problem, split), accept)
-    ]
-    assert splits(16) == [8, 32]
-    assert splits(2) == [4] and splits(64) == [32]
-    assert splits(16, lambda c: c["SPLIT"] != 8) == [32]
-    assert refitted(blocked(), accept) == []
-
-
-def test_the_estimate_times_its_winners_refits(gpu):
-    """On the device: after the shortlist, the fastest config's SPLIT neighbours are
-    verified and timed too, so a split copied from another shape is not kept unseen."""
-    from autotune.verify import Reference
-
-    problem = Problem(32, 32, 4096)
-    reference = Reference(problem)
-    accept = runs_here(gpu.limits, problem, gpu)
-    winner = splitk(problem, 8)
-    assert accept(winner)
-    timed = _timed([winner], problem, True, gpu, reference, time.monotonic() + 30)
-    timed = _refits_timed(timed, problem, True, gpu, reference, accept, time.monotonic() + 60)
-    assert [kernel.config["SPLIT"] for _, kernel, _ in timed] == [8, 4, 16]
-    assert all(verdict.ok for _, _, verdict in timed)

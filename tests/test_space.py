@@ -136,10 +136,6 @@ def test_expressions_compute():
     assert function({"M": 17, "N": 9, "K": 2}) == 2 * 2 + 9 % 5 - 1
 
 
-# A space of one parameter that derives what a launch needs.
-MINIMAL = "[params]\nX = [1]\n[derived]\n" + "".join(f"{n} = '1'\n" for n in DEFAULT_PASS_NEEDS)
-
-
 @pytest.mark.parametrize(
     "text, words",
     [
@@ -153,8 +149,6 @@ MINIMAL = "[params]\nX = [1]\n[derived]\n" + "".join(f"{n} = '1'\n" for n in DEF
             "reads",
         ),
         ("not toml = = 1", "search space"),
-        ("refit = ['Y']\n" + MINIMAL, "refit must list parameters"),
-        ("refit = 'X'\n" + MINIMAL, "refit must list parameters"),
     ],
 )
 def test_malformed_space_files_are_refused(text, words):
