@@ -5,6 +5,7 @@
         --vary AT=0,1 --vary GROUP=1,16 --out variants.json
 
 --dtype, --layout, --accumulate and --epilogue pick a variant problem (with --template blockedx);
+--weights and --activations a quantized one (e.g. --template qgemv --layout nt --weights q4g128);
 --checks on/off times one mode only. Each config is taken with every combination of the
 --vary values (combinations that are invalid for the shape or this device are listed as
 such), verified, and timed with and without runtime checks, next to cuBLAS SGEMM
@@ -105,6 +106,8 @@ def main(argv=None) -> int:
     parser.add_argument("--layout", default="nn")
     parser.add_argument("--accumulate", default="auto")
     parser.add_argument("--epilogue", default="none", help="e.g. alpha: a variant problem")
+    parser.add_argument("--weights", default="none", help="e.g. q4g128: quantized weights")
+    parser.add_argument("--activations", default="none", choices=("none", "q8"))
     args = parser.parse_args(argv)
     modes = {"on": (True,), "off": (False,), "both": (False, True)}[args.checks]
     vary = [
@@ -114,7 +117,7 @@ def main(argv=None) -> int:
     run(
         args.shape, configs, vary, args.template, args.out, modes,
         dtype=args.dtype, layout=args.layout, accumulate=args.accumulate,
-        epilogue=args.epilogue,
+        epilogue=args.epilogue, weights=args.weights, activations=args.activations,
     )  # fmt: skip
     return 0
 

@@ -306,7 +306,8 @@ def test_the_browser_check_catches_broken_bundles(gpu, tmp_path):
 
 # (problem, params: qgemv's unless they name another template): A as vec4 with a ragged N
 # and K padded to the group; A as scalars with K padded to a word (K % 4 != 0) and an odd
-# count of f16 scales; every 4-bit group size with and without zero points; int8
+# count of f16 scales; every 4-bit group size with and without zero points; the 4-bit codes
+# masked in place (DQ = 1), with and without zero points and 16-byte loads; int8
 # activations over 4-bit weights in both int8 families (qdot: a group spanning K steps);
 # qgemm past one tile of rows (ragged M, N and K). Tiny shapes: one Chromium launch runs
 # them all.
@@ -316,6 +317,11 @@ QUANTIZED_CASES = {  # dequantized in registers (qgemv, qgemm), int8 activations
     "q4g64": (Problem(1, 24, 128, "f32", "nt", weights="q4g64"), dict(NC=1, AV=4, BW=4)),
     "q4g128": (Problem(2, 29, 256, "f32", "nt", weights="q4g128"), dict(NC=1, AV=4, U=2, BW=4)),
     "q4g32": (Problem(4, 33, 70, "f32", "nt", weights="q4g32"), dict(NC=2, AV=1)),
+    "q4g128_in_place": (
+        Problem(1, 30, 256, "f32", "nt", weights="q4g128"),
+        dict(NC=2, AV=4, U=2, BW=4, DQ=1),
+    ),
+    "q4g64z_in_place": (Problem(2, 27, 190, "f32", "nt", weights="q4g64z"), dict(NC=1, AV=1, DQ=1)),
     "q4g32_a8": (
         Problem(2, 37, 100, "f32", "nt", weights="q4g32", activations="q8"),
         dict(template="qdotv", NC=2, QWG=64),
@@ -350,7 +356,7 @@ def quantized_case(name: str, seed: int = 0):
     params = dict(params)
     template = params.pop("template", "qgemv")
     base = dict(WG=64, TK=8, U=1) if template in ("qgemv", "qdotv") else {}
-    base |= dict(BW=1) if template == "qgemv" else {}  # 4-byte loads unless the case says
+    base |= dict(BW=1, DQ=0) if template == "qgemv" else {}  # 4-byte loads, bytes unpacked
     return Config.make(template, base | params), problem, A, qw
 
 
@@ -375,7 +381,10 @@ def test_quantized_manifest_describes_each_binding(gpu, tmp_path):
         assert manifest["weights"] == qw.format == problem.weights
         assert manifest["valid_for"][0]["weights"] == qw.format
         assert qw.format in manifest["computes"] and "docs/QUANTIZED.md" in manifest["computes"]
-        assert manifest["required_language_features"] == ["packed_4x8_integer_dot_product"]
+        # unpack4xU8 and dot4I8Packed need the feature; codes masked in place use neither
+        packed = config.as_dict().get("DQ", 0) == 0 or problem.activations == "q8"
+        features = ["packed_4x8_integer_dot_product"] if packed else None
+        assert manifest.get("required_language_features") == features
         arrays = {"B": ("data", qw.data), "scales": ("scales", qw.scales)}
         if qw.zero_points is not None:
             arrays["zeros"] = ("zero_points", qw.zero_points)

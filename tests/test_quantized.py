@@ -67,7 +67,7 @@ KEYED = [
 
 @pytest.mark.parametrize("problem", KEYED, ids=str)
 def test_a_quantized_key_round_trips(problem):
-    params = {"WG": 64, "TK": 8, "NC": 1, "U": 1, "AV": 4, "BW": 1}
+    params = {"WG": 64, "TK": 8, "NC": 1, "U": 1, "AV": 4, "BW": 1, "DQ": 0}
     key = Key.of(problem, Config.make("qgemv", params), True)
     text = str(key)
     assert f":{problem.dtype_text}:" in text and f".{problem.weights}:" in text
@@ -96,17 +96,17 @@ QGEMV_SPACE = (ROOT / "search_spaces" / "qgemv.toml").read_text()
 # One line of qgemv changed: (what it was, what it becomes).
 FAULTS = {
     "drops_high_nibbles": (
-        "let hi = codes((q{{ j }}_{{ c }} >> 4u) & 0x0F0F0F0Fu) - z;",
-        "let hi = vec4<f32>(0.0);",
+        "let {{ hi }} = codes(({{ word }} >> 4u) & 0x0F0F0F0Fu) - z;",
+        "let {{ hi }} = vec4<f32>(0.0);",
     ),
     "scale_of_group_0": (
         "let s = scale_at(n{{ c }} * NG + g);",
         "let s = scale_at(n{{ c }} * NG);",
     ),
     "ignores_zero_points": (
-        "let z = MAGIC + f32(extractBits(zeros[n{{ c }} * {{ ZW }}u + g / 8u], 4u * (g % 8u), "
+        "let z = {{ magic }}f32(extractBits(zeros[n{{ c }} * {{ ZW }}u + g / 8u], 4u * (g % 8u), "
         "4u));",
-        "let z = MAGIC + 8.0 + 0.0 * f32(zeros[0]);",
+        "let z = {{ magic }}8.0 + 0.0 * f32(zeros[0]);",
     ),
     "scale_of_next_row": (
         "let s = scale_at(n{{ c }} * NG + g);",
@@ -123,20 +123,37 @@ FAULTS = {
 }
 # The same faults in the 16-byte loads (BW = 4), and the words of a load out of order.
 WIDE_FAULTS = {
-    "wide_drops_high_nibbles": (
-        "let hi{{ i }} = codes((q{{ j }}_{{ c }}[{{ i }}] >> 4u) & 0x0F0F0F0Fu) - z;",
-        "let hi{{ i }} = vec4<f32>(0.0);",
-    ),
+    "wide_drops_high_nibbles": FAULTS["drops_high_nibbles"],
     "wide_words_reversed": (
-        "let lo{{ i }} = codes(q{{ j }}_{{ c }}[{{ i }}] & 0x0F0F0F0Fu) - z;",
-        "let lo{{ i }} = codes(q{{ j }}_{{ c }}[{{ BW - 1 - i }}] & 0x0F0F0F0Fu) - z;",
+        '{{- nibbles("q%d_%d[%d]" % (j, c, i), "lo%d" % i, "hi%d" % i) }}',
+        '{{- nibbles("q%d_%d[%d]" % (j, c, BW - 1 - i), "lo%d" % i, "hi%d" % i) }}',
     ),
     "wide_q8_unsigned_codes": (
         "let w{{ i }} = codes(q{{ j }}_{{ c }}[{{ i }}] ^ 0x80808080u) - (MAGIC + 128.0);",
         "let w{{ i }} = codes(q{{ j }}_{{ c }}[{{ i }}]) - (MAGIC + 128.0);",
     ),
 }
-FAULTS |= WIDE_FAULTS
+# The 4-bit codes masked in place (DQ = 1): the high nibbles dropped, the shifted word's
+# nibbles taken from the word itself, a bit of the last nibble masked off, a scale off by
+# a power of two, and the zero points ignored.
+IN_PLACE_FAULTS = {
+    "in_place_drops_high_nibbles": (
+        "let {{ hi }} = fma(in_place(vec4<u32>({{ word }}, {{ word }}, t{{ lo }}, t{{ lo }}) & "
+        'HI_MASKS), HI_SCALES, {{ "-(HI_OFFSETS + z)" if QZ else "HI_ZEROED" }});',
+        "let {{ hi }} = vec4<f32>(0.0);",
+    ),
+    "in_place_unshifted": ("let t{{ lo }} = {{ word }} >> 12u;", "let t{{ lo }} = {{ word }};"),
+    "in_place_nibble_7_short": (
+        "const HI_MASKS = vec4<u32>(0xF0u, 0xF000u, 0xF00u, 0xF0000u);",
+        "const HI_MASKS = vec4<u32>(0xF0u, 0xF000u, 0xF00u, 0x70000u);",
+    ),
+    "in_place_scale_off": (
+        "const LO_SCALES = vec4<f32>(1.0, 0x1p-8f, 0x1p-16f, 0x1p-12f);",
+        "const LO_SCALES = vec4<f32>(1.0, 0x1p-8f, 0x1p-15f, 0x1p-12f);",
+    ),
+    "in_place_ignores_zero_points": FAULTS["ignores_zero_points"],
+}
+FAULTS |= WIDE_FAULTS | IN_PLACE_FAULTS
 FAULT_PROBLEM = {
     name: Problem(
         3, 37, 205 if name in WIDE_FAULTS else 200, "f32", "nt",  # 205: whole loads, padded
@@ -157,8 +174,9 @@ def faulty_decoders(tmp_path, monkeypatch):
     return list(FAULTS)
 
 
-PARAMS = {"WG": 64, "TK": 8, "NC": 2, "U": 1, "AV": 4, "BW": 1}
+PARAMS = {"WG": 64, "TK": 8, "NC": 2, "U": 1, "AV": 4, "BW": 1, "DQ": 0}
 WIDE_PARAMS = PARAMS | {"BW": 4, "AV": 1}  # A as scalars: K = 205
+IN_PLACE_PARAMS = PARAMS | {"DQ": 1}
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))
@@ -169,6 +187,7 @@ def test_verification_refuses_a_faulty_decoder(gpu, faulty_decoders, fault):
 
     problem = FAULT_PROBLEM[fault]
     params = WIDE_PARAMS if fault in WIDE_FAULTS else PARAMS
+    params = IN_PLACE_PARAMS if fault in IN_PLACE_FAULTS else params
     right = compile_shader(render(Config.make("qgemv", params), problem), gpu)
     assert verify(right, gpu, seed=1).ok
     wrong = compile_shader(render(Config.make(fault, params), problem), gpu)
