@@ -26,9 +26,11 @@ def test_timestamps_agree_with_wall_clock(gpu, known_kernel):
         pytest.skip("adapter has no timestamp-query")
     m = measure(known_kernel, gpu, min_pass_s=0.02, passes=5)
     assert m.method == "timestamp"
-    # the pass was sized to min_pass_s from an earlier, colder dispatch: the warm ones can
-    # be faster, but a pass of one dispatch where 0.02 s needed several would be far short
-    assert m.repeats * m.median_s >= 0.01
+    # the pass was sized to min_pass_s from earlier, colder passes: warm ones can be up
+    # to about twice as fast on a busy CPU adapter, but a pass of one dispatch where
+    # 0.02 s needed several would be far short of a quarter of it
+    assert m.repeats > 1
+    assert m.repeats * m.median_s >= 0.005
     # The stated bound: per dispatch, the wall clock (submit to done, including
     # submission overhead) is within 0.8x-1.5x of the GPU's own timestamps.
     assert 0.8 * m.median_s <= m.wall_median_s <= 1.5 * m.median_s, m
