@@ -308,8 +308,8 @@ def test_the_browser_check_catches_broken_bundles(gpu, tmp_path):
 # and K padded to the group; A as scalars with K padded to a word (K % 4 != 0) and an odd
 # count of f16 scales; every 4-bit group size with and without zero points; the 4-bit codes
 # masked in place (DQ = 1), with and without zero points and 16-byte loads; int8
-# activations over 4-bit weights in both int8 families (qdot: a group spanning K steps);
-# qgemm past one tile of rows (ragged M, N and K). Tiny shapes: one Chromium launch runs
+# activations over 4-bit weights in both int8 families (qdot: a group spanning K steps;
+# qdotv's quantize pass also split across workgroups, QS = 4); qgemm past one tile of rows (ragged M, N and K). Tiny shapes: one Chromium launch runs
 # them all.
 QUANTIZED_CASES = {  # dequantized in registers (qgemv, qgemm), int8 activations (qdot, qdotv)
     "q4g32z": (Problem(3, 37, 100, "f32", "nt", weights="q4g32z"), dict(NC=1, AV=4)),
@@ -329,6 +329,10 @@ QUANTIZED_CASES = {  # dequantized in registers (qgemv, qgemm), int8 activations
     "q4g64z_a8": (
         Problem(3, 40, 200, "f32", "nt", weights="q4g64z", activations="q8"),
         dict(template="qdotv", NC=1, QWG=64),
+    ),
+    "q4g128_a8_split": (
+        Problem(2, 37, 1024, "f32", "nt", weights="q4g128", activations="q8"),
+        dict(template="qdotv", NC=2, QWG=64, QS=4),
     ),
     "q8_a8": (
         Problem(20, 41, 70, "f32", "nt", weights="q8", activations="q8"),
@@ -357,6 +361,7 @@ def quantized_case(name: str, seed: int = 0):
     template = params.pop("template", "qgemv")
     base = dict(WG=64, TK=8, U=1) if template in ("qgemv", "qdotv") else {}
     base |= dict(BW=1, DQ=0) if template == "qgemv" else {}  # 4-byte loads, bytes unpacked
+    base |= dict(QS=1) if template == "qdotv" else {}  # one workgroup per row quantizes it
     return Config.make(template, base | params), problem, A, qw
 
 

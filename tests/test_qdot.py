@@ -14,7 +14,7 @@ from autotune.key import Key
 from autotune.problem import Problem, ProblemError
 from autotune.quantize import quantize_activations
 from autotune.render import render
-from autotune.space import load_space
+from autotune.space import Config, load_space
 from autotune.verify import Reference, verify
 
 
@@ -160,8 +160,46 @@ def test_verification_refuses_a_wrong_row_of_zero_points(tmp_path, monkeypatch, 
     assert _refused(tmp_path, monkeypatch, template, (old, new), "q4g32z", K=595)
 
 
-def _refused(tmp_path, monkeypatch, template, fault, weights, K) -> bool:
-    """Whether verification refuses `template` with its line fault[0] written as fault[1]."""
+SPLIT_QUANTIZE = dict(WG=64, TK=8, NC=2, U=1, QWG=64)  # qdotv's, quantize pass's QS to add
+
+
+@pytest.mark.parametrize(
+    "problem, QS",
+    [
+        (Problem(1, 37, 4096, "f32", "nt", weights="q4g128", activations="q8"), 4),
+        (Problem(1, 37, 4096, "f32", "nt", weights="q4g128", activations="q8"), 16),
+        (Problem(3, 45, 1990, "f32", "nt", weights="q8", activations="q8"), 4),  # a short share
+        (Problem(5, 40, 2050, "f32", "nt", weights="q4g32z", activations="q8"), 4),
+        (Problem(2, 40, 1024, "f32", "nt", 3, True, "bias,relu", weights="q4g64",
+                 activations="q8"), 4),
+    ],
+    ids=str,
+)  # fmt: skip
+def test_a_quantize_pass_split_across_workgroups_verifies(problem, QS):
+    gpu = get_gpu()
+    config = Config.make("qdotv", SPLIT_QUANTIZE | {"QS": QS})
+    assert load_space("qdotv").why_invalid(config, problem, gpu.limits) is None
+    compiled = compile_shader(render(config, problem), gpu, checks=True)
+    verdict = verify(compiled, gpu, reference=Reference(problem, seed=2))
+    assert verdict.ok, verdict.reason
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("min(w0 + {{ WS }}u, XW)", "min(w0 + {{ WS }}u - 1u, XW)"),  # a word of each share left
+        ('else "row" }} * XW + w]', 'else "row" }} * XW + w - w0]'),  # shares on one another
+    ],
+    ids=["word-left", "overlapping-shares"],
+)
+def test_verification_refuses_a_wrong_split_quantize_pass(tmp_path, monkeypatch, old, new):
+    params = SPLIT_QUANTIZE | {"QS": 4}
+    assert _refused(tmp_path, monkeypatch, "qdotv", (old, new), "q4g128", K=1024, params=params)
+
+
+def _refused(tmp_path, monkeypatch, template, fault, weights, K, params=None) -> bool:
+    """Whether verification refuses `template` (its last seed, or `params`) with its line
+    fault[0] written as fault[1]."""
     from autotune.data import data_path
 
     old, new = fault
@@ -178,7 +216,8 @@ def _refused(tmp_path, monkeypatch, template, fault, weights, K) -> bool:
     # the amax of each row is 127.x steps only with outliers: a clamp of 126 shows there
     problem = Problem(4, 40, K, "f32", "nt", 2, True, weights=weights, activations="q8")
     reference = Reference(problem, seed=3)
-    config = load_space("qdotbad").seed_configs(problem, gpu.limits)[-1]
+    seeds = load_space("qdotbad").seed_configs(problem, gpu.limits)
+    config = Config.make("qdotbad", params) if params else seeds[-1]
     compiled = compile_shader(render(config, problem), gpu, checks=True)
     return not verify(compiled, gpu, reference=reference).ok
 
