@@ -309,8 +309,8 @@ def test_the_browser_check_catches_broken_bundles(gpu, tmp_path):
 # count of f16 scales; every 4-bit group size with and without zero points; the 4-bit codes
 # masked in place (DQ = 1), with and without zero points and 16-byte loads; int8
 # activations over 4-bit weights in both int8 families (qdot: a group spanning K steps;
-# qdotv's quantize pass also split across workgroups, QS = 4); qgemm past one tile of rows (ragged M, N and K). Tiny shapes: one Chromium launch runs
-# them all.
+# qdotv's quantize pass also split across workgroups, QS = 4); qgemm past one tile of
+# rows (ragged M, N and K). Tiny shapes: one Chromium launch runs them all.
 QUANTIZED_CASES = {  # dequantized in registers (qgemv, qgemm), int8 activations (qdot, qdotv)
     "q4g32z": (Problem(3, 37, 100, "f32", "nt", weights="q4g32z"), dict(NC=1, AV=4)),
     "q8": (Problem(2, 41, 70, "f32", "nt", weights="q8"), dict(NC=2, AV=1)),
