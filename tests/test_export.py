@@ -309,8 +309,10 @@ def test_the_browser_check_catches_broken_bundles(gpu, tmp_path):
 # count of f16 scales; every 4-bit group size with and without zero points; the 4-bit codes
 # masked in place (DQ = 1), with and without zero points and 16-byte loads; int8
 # activations over 4-bit weights in both int8 families (qdot: a group spanning K steps;
-# qdotv's quantize pass also split across workgroups, QS = 4); qgemm past one tile of
-# rows (ragged M, N and K). Tiny shapes: one Chromium launch runs them all.
+# qdotv's quantize pass also split across workgroups, QS = 4); the decode families'
+# partial sums reduced by subgroupAdd (SG = 1), A read as vectors by the quantize pass
+# (AV = 4); qgemm past one tile of rows (ragged M, N
+# and K). Tiny shapes: one Chromium launch runs them all.
 QUANTIZED_CASES = {  # dequantized in registers (qgemv, qgemm), int8 activations (qdot, qdotv)
     "q4g32z": (Problem(3, 37, 100, "f32", "nt", weights="q4g32z"), dict(NC=1, AV=4)),
     "q8": (Problem(2, 41, 70, "f32", "nt", weights="q8"), dict(NC=2, AV=1)),
@@ -333,6 +335,14 @@ QUANTIZED_CASES = {  # dequantized in registers (qgemv, qgemm), int8 activations
     "q4g128_a8_split": (
         Problem(2, 37, 1024, "f32", "nt", weights="q4g128", activations="q8"),
         dict(template="qdotv", NC=2, QWG=64, QS=4),
+    ),
+    "q4g128_a8_subgroups": (
+        Problem(1, 37, 1024, "f32", "nt", weights="q4g128", activations="q8"),
+        dict(template="qdotv", SG=1, TK=16, NC=2, QWG=64, QS=4, AV=4),
+    ),
+    "q4g64_in_place_subgroups": (
+        Problem(3, 30, 512, "f32", "nt", weights="q4g64"),
+        dict(SG=1, TK=32, WG=128, NC=2, AV=4, U=2, DQ=1),
     ),
     "q8_a8": (
         Problem(20, 41, 70, "f32", "nt", weights="q8", activations="q8"),
@@ -359,9 +369,9 @@ def quantized_case(name: str, seed: int = 0):
     A = rng.standard_normal((problem.M, problem.K)).astype(np.float32)
     params = dict(params)
     template = params.pop("template", "qgemv")
-    base = dict(WG=64, TK=8, U=1) if template in ("qgemv", "qdotv") else {}
+    base = dict(SG=0, WG=64, TK=8, U=1) if template in ("qgemv", "qdotv") else {}
     base |= dict(BW=1, DQ=0) if template == "qgemv" else {}  # 4-byte loads, bytes unpacked
-    base |= dict(QS=1) if template == "qdotv" else {}  # one workgroup per row quantizes it
+    base |= dict(QS=1, AV=1) if template == "qdotv" else {}  # one workgroup a row, A as scalars
     return Config.make(template, base | params), problem, A, qw
 
 
@@ -482,12 +492,18 @@ def quantized_results(gpu, tmp_path_factory):
 def test_quantized_bundles_run_unchanged_in_chromium(quantized_results):
     """Each bundle, fed the bytes QuantizedWeight.save wrote, computes A @ W'^T (W' the
     dequantized weight) within f32 summation's bound, and its encode refuses to run
-    without the scales, naming them."""
+    without the scales, naming them. A bundle the browser's adapter cannot run (no packed
+    integer dot product, no subgroups) is refused by createGemm, naming what is lacking,
+    and the test says so."""
+    skipped = []
     for name, (result, A, qw) in quantized_results.items():
         assert result is not None, name
         if "skipped" in result:  # said out loud, never a silent pass
-            assert "packed_4x8_integer_dot_product" in (result.get("refused") or ""), result
-            pytest.skip(f"quantized weights in the browser: {result['skipped']}")
+            refused = result.get("refused") or ""
+            lacking = ("packed_4x8_integer_dot_product", "needs the device feature subgroups")
+            assert any(reason in refused for reason in lacking), result
+            skipped.append(f"{name}: {result['skipped']}")
+            continue
         assert result["ok"] and result["errors"] == [], f"{name}: {result}"
         assert "needs the buffer scales (binding 9" in (result["missing"] or ""), result
         M, N, K = A.shape[0], qw.shape[0], A.shape[1]
@@ -497,3 +513,5 @@ def test_quantized_bundles_run_unchanged_in_chromium(quantized_results):
         want = A64 @ W.T
         bound = (K + 2) * 2.0**-24 * (np.abs(A64) @ np.abs(W).T)
         assert np.all(np.abs(C - want) <= bound), f"{name}: {np.abs(C - want).max()}"
+    if skipped:
+        pytest.skip(f"quantized weights in the browser: {'; '.join(skipped)}")

@@ -160,7 +160,9 @@ def test_verification_refuses_a_wrong_row_of_zero_points(tmp_path, monkeypatch, 
     assert _refused(tmp_path, monkeypatch, template, (old, new), "q4g32z", K=595)
 
 
-SPLIT_QUANTIZE = dict(WG=64, TK=8, NC=2, U=1, QWG=64)  # qdotv's, quantize pass's QS to add
+SPLIT_QUANTIZE = dict(
+    SG=0, WG=64, TK=8, NC=2, U=1, QWG=64, AV=1
+)  # qdotv's, quantize pass's QS to add
 
 
 @pytest.mark.parametrize(
@@ -182,6 +184,52 @@ def test_a_quantize_pass_split_across_workgroups_verifies(problem, QS):
     compiled = compile_shader(render(config, problem), gpu, checks=True)
     verdict = verify(compiled, gpu, reference=Reference(problem, seed=2))
     assert verdict.ok, verdict.reason
+
+
+@pytest.mark.parametrize(
+    "problem, QS",
+    [
+        (Problem(1, 37, 4096, "f32", "nt", weights="q4g128", activations="q8"), 4),
+        (Problem(3, 45, 1992, "f32", "nt", weights="q8", activations="q8"), 4),  # a short share
+        (Problem(5, 40, 2052, "f32", "nt", weights="q4g32z", activations="q8"), 1),  # K padded
+        (Problem(2, 40, 1100, "f16", "nt", 3, True, "bias,relu", weights="q4g64",
+                 activations="q8"), 4),  # K padded to 1152: vectors past K are 0
+        (Problem(4, 36, 300, "f32", "nt", 2, True, weights="q8", activations="q8"), 1),
+    ],
+    ids=str,
+)  # fmt: skip
+def test_a_quantize_pass_reading_vectors_verifies(problem, QS):
+    """AV = 4: the quantize pass reads A as vec4 (both weight orders of x', padded K)."""
+    gpu = get_gpu()
+    config = Config.make("qdotv", SPLIT_QUANTIZE | {"QS": QS, "AV": 4})
+    assert load_space("qdotv").why_invalid(config, problem, gpu.limits) is None
+    compiled = compile_shader(render(config, problem), gpu, checks=True)
+    verdict = verify(compiled, gpu, reference=Reference(problem, seed=2))
+    assert verdict.ok, verdict.reason
+
+
+def test_vectors_of_a_need_k_a_multiple_of_4():
+    config = Config.make("qdotv", SPLIT_QUANTIZE | {"QS": 1, "AV": 4})
+    problem = Problem(3, 45, 1990, "f32", "nt", weights="q8", activations="q8")
+    assert load_space("qdotv").why_invalid(config, problem).startswith("a_vectors")
+
+
+@pytest.mark.parametrize(
+    "old, new, QS",
+    [
+        # even and odd codes swapped; the second vector of a word's eight codes not read
+        (
+            "vec4<f32>(v0.y, v0.w, v1.y, v1.w), w % 2u == 1u",
+            "vec4<f32>(v0.y, v0.w, v1.y, v1.w), w % 2u == 0u",
+            4,
+        ),
+        ("let v1 = a4(base / 4u, w / 2u * 2u + 1u);", "let v1 = a4(base / 4u, w / 2u * 2u);", 1),
+    ],
+    ids=["even-odd", "one-vector"],
+)  # fmt: skip
+def test_verification_refuses_a_wrong_vector_quantize_pass(tmp_path, monkeypatch, old, new, QS):
+    params = SPLIT_QUANTIZE | {"QS": QS, "AV": 4}
+    assert _refused(tmp_path, monkeypatch, "qdotv", (old, new), "q4g128", K=1024, params=params)
 
 
 @pytest.mark.parametrize(

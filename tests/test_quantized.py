@@ -67,7 +67,7 @@ KEYED = [
 
 @pytest.mark.parametrize("problem", KEYED, ids=str)
 def test_a_quantized_key_round_trips(problem):
-    params = {"WG": 64, "TK": 8, "NC": 1, "U": 1, "AV": 4, "BW": 1, "DQ": 0}
+    params = {"SG": 0, "WG": 64, "TK": 8, "NC": 1, "U": 1, "AV": 4, "BW": 1, "DQ": 0}
     key = Key.of(problem, Config.make("qgemv", params), True)
     text = str(key)
     assert f":{problem.dtype_text}:" in text and f".{problem.weights}:" in text
@@ -174,7 +174,7 @@ def faulty_decoders(tmp_path, monkeypatch):
     return list(FAULTS)
 
 
-PARAMS = {"WG": 64, "TK": 8, "NC": 2, "U": 1, "AV": 4, "BW": 1, "DQ": 0}
+PARAMS = {"SG": 0, "WG": 64, "TK": 8, "NC": 2, "U": 1, "AV": 4, "BW": 1, "DQ": 0}
 WIDE_PARAMS = PARAMS | {"BW": 4, "AV": 1}  # A as scalars: K = 205
 IN_PLACE_PARAMS = PARAMS | {"DQ": 1}
 
