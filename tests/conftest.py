@@ -11,6 +11,7 @@ import random
 from pathlib import Path
 
 import pytest
+import wgpu
 from hypothesis import HealthCheck, settings
 
 from autotune import device
@@ -85,3 +86,42 @@ def assert_sample_is_correct(gpu):
             assert verdict.ok, f"{config}: {verdict.reason}"
 
     return check
+
+
+# A kernel that fills workgroup memory with bits of its own.
+JUNK = """
+@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+var<workgroup> junk: array<u32, 4096>;
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) lid: u32) {
+  for (var i = lid; i < 4096u; i += 256u) {
+    junk[i] = 0x5A5A5A5Au ^ i;
+  }
+  workgroupBarrier();
+  out[lid] = junk[4095u - lid];
+}
+"""
+
+
+@pytest.fixture
+def junk_in_workgroup_memory(gpu):
+    """A call that leaves bits in workgroup memory, as any kernel may: a driver that does
+    not zero it (lavapipe does not) hands them to the next kernel's workgroup variables."""
+    module = gpu.create_shader_module(JUNK)
+    pipeline = gpu.device.create_compute_pipeline(
+        layout="auto", compute={"module": module, "entry_point": "main"}
+    )
+    return lambda: _run_junk(gpu.device, pipeline)
+
+
+def _run_junk(device, pipeline) -> None:
+    out = device.create_buffer(size=1024, usage=wgpu.BufferUsage.STORAGE)
+    binding = [{"binding": 0, "resource": {"buffer": out}}]
+    group = device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=binding)
+    encoder = device.create_command_encoder()
+    compute = encoder.begin_compute_pass()
+    compute.set_pipeline(pipeline)
+    compute.set_bind_group(0, group)
+    compute.dispatch_workgroups(64)
+    compute.end()
+    device.queue.submit([encoder.finish()])

@@ -8,7 +8,6 @@ import re
 
 import numpy as np
 import pytest
-import wgpu
 
 import autotune
 from autotune.compile import compile_shader
@@ -95,44 +94,11 @@ def _faulty(tmp_path, monkeypatch, template: str, fault: tuple[str, str], space_
     monkeypatch.setenv("AUTOTUNE_TEMPLATE_PATH", str(tmp_path))
 
 
-JUNK = """
-@group(0) @binding(0) var<storage, read_write> out: array<u32>;
-var<workgroup> junk: array<u32, 4096>;
-@compute @workgroup_size(256)
-fn main(@builtin(local_invocation_index) lid: u32) {
-  for (var i = lid; i < 4096u; i += 256u) {
-    junk[i] = 0x5A5A5A5Au ^ i;
-  }
-  workgroupBarrier();
-  out[lid] = junk[4095u - lid];
-}
-"""
-
-
-def _junk_in_workgroup_memory(gpu) -> None:
-    """Leave bits in workgroup memory, as any kernel may: a driver that does not zero it
-    (lavapipe does not) hands them to the next kernel's workgroup variables."""
-    device = gpu.device
-    out = device.create_buffer(size=1024, usage=wgpu.BufferUsage.STORAGE)
-    module = gpu.create_shader_module(JUNK)
-    pipeline = device.create_compute_pipeline(
-        layout="auto", compute={"module": module, "entry_point": "main"}
-    )
-    binding = [{"binding": 0, "resource": {"buffer": out}}]
-    group = device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=binding)
-    encoder = device.create_command_encoder()
-    compute = encoder.begin_compute_pass()
-    compute.set_pipeline(pipeline)
-    compute.set_bind_group(0, group)
-    compute.dispatch_workgroups(64)
-    compute.end()
-    device.queue.submit([encoder.finish()])
-
-
-def _verdict(gpu, problem: Problem, params: dict):
+def _verdict(gpu, problem: Problem, params: dict, junk=None):
     """Verification of sgbad at `params`, after a kernel that leaves junk in workgroup
-    memory."""
-    _junk_in_workgroup_memory(gpu)
+    memory where `junk` is given."""
+    if junk:
+        junk()
     compiled = compile_shader(render(Config.make("sgbad", params), problem), gpu, checks=True)
     return verify(compiled, gpu, reference=Reference(problem, seed=4))
 
@@ -146,14 +112,15 @@ PROBLEMS = {
 @pytest.mark.parametrize("template", ["qgemv", "qdotv"])
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_verification_refuses_a_wrong_subgroup_path(
-    subgroups, tmp_path, monkeypatch, template, fault
+    subgroups, junk_in_workgroup_memory, tmp_path, monkeypatch, template, fault
 ):
     """Column groups of 64 invocations, so subgroups of 8 to 64 lanes are runs: a fault
     in the subgroup path fails; a fault in the workgroup-memory path passes, since that
     path does not run, whatever bits the workgroup memory held before (the kernel clears
     what it reads)."""
     _faulty(tmp_path, monkeypatch, template, FAULTS[fault])
-    verdict = _verdict(subgroups, PROBLEMS[template], config(template, TK=64, WG=128).as_dict())
+    params = config(template, TK=64, WG=128).as_dict()
+    verdict = _verdict(subgroups, PROBLEMS[template], params, junk_in_workgroup_memory)
     if FAULTS[fault] == FALLBACK:
         assert verdict.ok, verdict.reason
     else:
