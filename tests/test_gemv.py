@@ -181,3 +181,24 @@ def test_export_of_a_subgroup_kernel(gpu, tmp_path):
     assert wgsl.startswith("enable subgroups;\n// autotune GEMM kernel")
     assert json.loads(paths["json"].read_text())["required_features"] == ["subgroups"]
     assert wgsl.count("enable subgroups;") == 1
+
+
+def test_the_subgroup_path_runs_whatever_workgroup_memory_held(gpu, junk_in_workgroup_memory):
+    """Column groups of 8 under lavapipe's subgroups of 8: the subgroup path serves, even
+    after a kernel left its bits in workgroup memory (the kernel clears its flag): with
+    the workgroup-memory path's sums broken, the kernel still verifies."""
+    if "subgroup" not in gpu.features:
+        pytest.skip("the adapter has no subgroup feature")
+    text = (data_path("templates") / "gemv.wgsl.j2").read_text()
+    summed = 's += red[o * WG + {{ "gq * TK + u" if TB else "u * CG + gq" }}];'
+    assert text.count(summed) == 1
+    broken = jinja_environment().from_string(text.replace(summed, "s += 0.0;"))
+    problem = Problem(3, 37, 256, "f32", "nt")
+    for sg, works in ((1, True), (0, False)):
+        config = gemv(SG=sg, TK=8, U=2)
+        values = load_space("gemv").context(config, problem)
+        wgsl = broken.render(elem="f32", **values)
+        shader = Shader(config, problem, wgsl, load_space("gemv").plan(config, problem))
+        compiled = compile_shader(shader, gpu)
+        junk_in_workgroup_memory()
+        assert verify(compiled, gpu).ok == works, config
