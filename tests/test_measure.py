@@ -90,19 +90,19 @@ def test_time_per_dispatch_agrees_with_an_independent_clock(gpu, known_kernel):
     divided by R): a pass of 2R dispatches divided by R would fool both. Here the test
     times single dispatches itself (milliseconds each for 128^3 on lavapipe, where
     measure() makes a pass of one dispatch; submission and read-back are small beside
-    it). Other processes' load comes and goes and only ever adds time, so both sides
-    get one statistic, interleaved: the fastest, over 9 groups of 5 timings, of each
-    group's 20th percentile (measure's p20_s over its 5 passes)."""
+    it). Lavapipe's speed follows the cores other processes leave it (half as fast when
+    another test holds one of two), and that load changes from second to second, so
+    each measure() is compared with the test's own timings just before and after it,
+    and the verdict is the median of those ratios: one quiet moment on either side
+    cannot decide it."""
     _own_clock(known_kernel, gpu, samples=2)  # first-use costs, not timed
-    ours, theirs = [], []
-    for round in range(9):  # as many groups each, the test's before and after in turn
-        if round % 2:
-            ours.append(np.quantile(_own_clock(known_kernel, gpu, samples=5), 0.2))
+    ratios = []
+    for _ in range(9):
+        before = _own_clock(known_kernel, gpu, samples=3)
         m = measure(known_kernel, gpu, passes=5, min_pass_s=1e-6)  # passes of one dispatch
+        after = _own_clock(known_kernel, gpu, samples=3)
         assert m.repeats == 1  # as the test's own
-        theirs.append(m.p20_s)
-        if not round % 2:
-            ours.append(np.quantile(_own_clock(known_kernel, gpu, samples=5), 0.2))
-    # Honest: 0.9-1.05 on lavapipe, 0.5-1.15 with both cores busy (the test's submissions
-    # then wait longer for lavapipe's threads); twice the dispatches counted once: 1.6-2.2.
-    assert 0.4 <= min(theirs) / min(ours) <= 1.4, (theirs, ours)
+        ratios.append(m.p20_s / np.quantile(before + after, 0.2))
+    # Honest: 0.9-1.05 on lavapipe, single rounds 0.5-1.7 with both cores busy; twice the
+    # dispatches counted once: about 2 in most rounds.
+    assert 0.5 <= np.median(ratios) <= 1.4, ratios
