@@ -85,8 +85,9 @@ def _verified(problem, config: Config, source, checks, gpu, reference, entry=Non
 
 def _ranked(problem, checks, stores, gpu, limits) -> list[predict.Candidate]:
     """Every config this device's caches measured (at any shape and, in the same element
-    type, any layout, batch or epilogue; in this mode) and each family's known-good
-    configs, valid at `problem`, fastest predicted first."""
+    type, any layout, batch or epilogue; a quantized weight's in either element type; in
+    this mode) and each family's known-good configs, valid at `problem`, fastest
+    predicted first."""
     runs = runs_here(limits, problem, gpu)
     measured = [
         e
@@ -96,11 +97,24 @@ def _ranked(problem, checks, stores, gpu, limits) -> list[predict.Candidate]:
     ]  # (the roof from tuned entries only: an estimate's three short passes are noisier)
     # each arithmetic its own roof: f16 runs faster, int8 dot products faster still
     typed = [e for e in measured if e.key.problem.arithmetic == problem.arithmetic]
-    usable = [e for e in typed if runs(e.config)]
+    kin = [e for e in measured if _other_type_same_weight(e.key.problem, problem)]
+    usable = [e for e in typed + kin if runs(e.config)]
     seeds = [c for c in _seeds(problem, limits) if runs(c)]
     units = predict.compute_units(gpu.fingerprint.device)
     roof = predict.Roof.of(typed or measured)
     return predict.ranked(problem, usable, seeds, units, roof)
+
+
+def _other_type_same_weight(measured_at: Problem, problem: Problem) -> bool:
+    """Whether `measured_at` is `problem`'s quantized weight and activation format in the
+    other element type: there the element type is only x's and y's (the weight's bytes and
+    codes are the same), so its configs are neighbours too, predicted from their own time
+    as another variant (the roof stays the problem's own type's)."""
+    return (
+        problem.weights != "none"
+        and measured_at.dtype != problem.dtype
+        and (measured_at.weights, measured_at.activations) == (problem.weights, problem.activations)
+    )
 
 
 def neighbours(problem, checks, gpu: Gpu, cache_dir, templates, limits) -> list[Config]:

@@ -4,6 +4,7 @@ in the cache as `estimated`."""
 
 import json
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -217,6 +218,33 @@ def test_int8_entries_do_not_raise_the_roof_of_float_problems(gpu, tmp_path):
     roof = predict.Roof.of([e for e in store.entries().values() if e.key.problem == f32])
     ranked = _ranked(big, True, [store], gpu, gpu.limits)
     assert min(c.predicted_s for c in ranked) >= predict.floor_seconds(big, roof)
+
+
+def test_a_quantized_weight_borrows_configs_measured_in_the_other_element_type(gpu, tmp_path):
+    """With a quantized weight the element type is only x's and y's: a config tuned for
+    q4g32 with f32 activations is a neighbour of the same weight with f16 ones (and the
+    other way round), ranked as another variant; other weights and unquantized problems
+    borrow nothing."""
+    from autotune.lookup import _ranked
+
+    if "shader-f16" not in gpu.features:
+        pytest.skip("adapter has no shader-f16")
+    store = cache.DeviceCache(tmp_path, gpu.fingerprint.as_dict(), versions())
+    space = load_space("qgemv")
+    f32 = Problem(4, 256, 256, "f32", "nt", weights="q4g32")
+    tuned = space.seed_configs(f32, gpu.limits)[-1]
+    store.put(seed_entry(f32, "qgemv", config=tuned))
+    store.put(seed_entry(Problem(64, 64, 64), "blocked"))
+
+    def borrowed(problem):
+        ranked = _ranked(problem, True, [store], gpu, gpu.limits)
+        return [c.entry.key.problem for c in ranked if c.entry]
+
+    f16 = Problem(8, 512, 256, "f16", "nt", weights="q4g32")
+    assert borrowed(f16) == [f32]
+    assert borrowed(replace(f16, dtype="f32")) == [f32]  # its own type, as before
+    assert borrowed(replace(f16, weights="q4g64")) == []
+    assert borrowed(Problem(8, 512, 256, "f16")) == []
 
 
 def test_the_shipped_cache_holds_tuned_entries_only(gpu, monkeypatch):
