@@ -195,6 +195,35 @@ def test_verification_refuses_a_faulty_decoder(gpu, faulty_decoders, fault):
     assert not verdict.ok and "relative error" in verdict.reason, verdict.reason
 
 
+SIXTEEN_ROWS_FOUR_COLUMNS = [
+    ("qgemv", Problem(16, 45, 640, "f32", "nt", weights="q4g32z"), PARAMS | {"NC": 4}),
+    ("qgemv", Problem(13, 40, 1024, "f16", "nt", 2, True, "bias,relu", weights="q8"),
+     PARAMS | {"NC": 4, "WG": 128, "TK": 32, "U": 2}),
+    ("qdotv", Problem(16, 37, 4096, "f32", "nt", weights="q4g128", activations="q8"),
+     dict(SG=0, WG=128, TK=64, NC=4, U=4, QWG=256, QS=4, AV=4)),
+    ("qdotv", Problem(16, 45, 1990, "f32", "nt", weights="q8", activations="q8"),
+     dict(SG=0, WG=64, TK=16, NC=4, U=1, QWG=64, QS=1, AV=1)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("template", "problem", "params"), SIXTEEN_ROWS_FOUR_COLUMNS, ids=str)
+def test_sixteen_rows_by_four_columns_verify(gpu, template, problem, params):
+    """The decode families' 64 accumulators per invocation (16 rows x 4 columns, in the
+    spaces since their 16-row tunes all took the 32 allowed before), at ragged N."""
+    from autotune.compile import compile_shader
+    from autotune.render import render
+    from autotune.space import load_space
+    from autotune.verify import Reference, verify
+
+    if problem.dtype == "f16" and "shader-f16" not in gpu.features:
+        pytest.skip("the adapter lacks shader-f16")
+    config = Config.make(template, params)
+    assert load_space(template).why_invalid(config, problem, gpu.limits) is None
+    compiled = compile_shader(render(config, problem), gpu, checks=True)
+    verdict = verify(compiled, gpu, reference=Reference(problem, seed=3))
+    assert verdict.ok, verdict.reason
+
+
 # --- matmul(x, qw) ----------------------------------------------------------------------
 
 
