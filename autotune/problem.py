@@ -8,7 +8,8 @@ variants (each a field of Problem, each part of the cache key):
 - batch > 1: A, B and C are stacks of `batch` matrices; `shared_b`: one B for all.
 - epilogue: a subset of alpha (C = alpha * A@B), beta (+ beta * C's old value), bias
   (+ a vector of N, per column), and one activation, relu or gelu (tanh approximation),
-  applied in that order. alpha and beta are runtime values (a uniform), not baked in.
+  listed and applied in that order. alpha and beta are runtime values (a uniform), not
+  baked in.
 - accumulate (f16 only): "auto" lets the tuner choose f32 or f16 accumulation (its ACC
   parameter) by speed; "f32" or "f16" pins it, for users who choose by accuracy.
 - weights "q8", "q4g32", "q4g64", "q4g128" (4-bit with "z": zero points): B is a linear
@@ -70,9 +71,9 @@ def check_dtype(dtype: object) -> str:
     for name, (np_type, _) in DTYPES.items():
         if _same_numpy_type(dtype, np_type):
             return name
-    raise ProblemError(
-        "dtype", f"dtype {shown(dtype)} is not supported; supported: {', '.join(DTYPES)}"
-    )
+    # a NumPy dtype by its name: "dtype 'int32'", not "dtype dtype('int32')"
+    named = repr(dtype.name) if isinstance(dtype, np.dtype) else shown(dtype)
+    raise ProblemError("dtype", f"dtype {named} is not supported; supported: {', '.join(DTYPES)}")
 
 
 def check_layout(layout: object) -> str:
@@ -111,7 +112,14 @@ def check_epilogue(epilogue: object) -> str:
             "epilogue",
             f"epilogue {shown(epilogue)} repeats an operation or has two activations",
         )
-    return ",".join(op for op in EPILOGUE_OPS if op in ops) or "none"
+    canonical = [op for op in EPILOGUE_OPS if op in ops]
+    if ops != canonical:  # "gelu,bias" could mean the activation first: never reorder it
+        raise ProblemError(
+            "epilogue",
+            f"epilogue {shown(epilogue)} is out of order: the operations apply as "
+            f"{', '.join(EPILOGUE_OPS[:3])}, then the activation; write {','.join(canonical)!r}",
+        )
+    return ",".join(canonical) or "none"
 
 
 def _same_numpy_type(dtype: object, np_type: type) -> bool:

@@ -76,6 +76,8 @@ LOOKUP = [
     (dict(batch=1.5), (ProblemError, "batch"), "batch must be an integer >= 1, got 1.5"),
     (dict(epilogue=["bias", "bias"]), (ProblemError, "epilogue"), "repeats an operation"),
     (dict(epilogue="bias;relu"), (ProblemError, "epilogue"), "operation 'bias;relu' is unknown"),
+    (dict(epilogue="gelu,bias"), (ProblemError, "epilogue"), "out of order: the operations apply"),
+    (dict(epilogue=["beta", "alpha"]), (ProblemError, "epilogue"), "write 'alpha,beta'"),
 ]
 
 MATMUL = [
@@ -243,6 +245,9 @@ CLI = [
     (["export", "--shape", "4x4x4"], "the following arguments are required: --out"),
     (["export", "--shape", "x", "--out", "d"], "argument --shape: shape 'x' is not of the form"),
     (["export", "--shape", "4x4x4", "--out", "d", "--trials", "0"], "argument --trials: must"),
+    (["export", "--shape", "4x4x4", "--out", "d", "--timeout", "0"], "argument --timeout: must"),
+    (["tune", "--shape", "64x64x64", "--template", "gemv"], "(gemv: decode_shapes: M <= 16)"),
+    (["tune", "--shape", "4x4x4", "--epilogue", "gelu,bias"], "'gelu,bias' is out of order"),
     (["demo", "--shape", "0x1x1"], "argument --shape: M must be >= 1, got 0"),
     (["demo", "--shape", ""], "argument --shape: shape '' is not of the form MxNxK"),
     (["lookup", "--shape", ""], "argument --shape: shape '' is not of the form MxNxK"),

@@ -67,6 +67,21 @@ def test_tune_then_lookup_exact(gpu, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["source"] == "estimated"  # timed, then kept
 
 
+def test_lookup_wgsl_writes_the_kernel_alone_to_stdout(gpu, tmp_path):
+    """`lookup --wgsl > k.wgsl` is a shader that compiles; what was served goes to stderr;
+    a reader that stops early (`| head -1`) gets no traceback."""
+    argv = [sys.executable, "-m", "autotune", "lookup", "--shape", "24x20x16", "--wgsl"]
+    argv += ["--cache", str(tmp_path), "--no-estimate"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "source: predicted" in done.stderr and "source" not in done.stdout
+    gpu.device.create_shader_module(code=done.stdout)  # raises on anything but WGSL
+    head = subprocess.run(
+        " ".join(argv) + " 2>&1 | head -1", shell=True, capture_output=True, text=True, timeout=120
+    )
+    assert head.stdout.count("\n") == 1 and "Traceback" not in head.stderr
+
+
 def test_devices_and_demo(gpu, capsys):
     assert main(["devices"]) == 0
     out = capsys.readouterr().out
@@ -137,7 +152,7 @@ def test_variant_tune_lookup_export(gpu, tmp_path, capsys):
     """f16, B transposed, a batch of 2, bias and GELU fused: tuned, cached under its own
     key, looked up exactly, nearest for another M, exported with its manifest fields."""
     cache = str(tmp_path / "cache")
-    variant = ["--dtype", "f16", "--layout", "nt", "--batch", "2", "--epilogue", "gelu,bias"]
+    variant = ["--dtype", "f16", "--layout", "nt", "--batch", "2", "--epilogue", "bias,gelu"]
     argv = ["tune", "--shape", "40x48x24", *variant, "--trials", "3", "--cache", cache]
     assert main([*argv, "--seed", "1"]) == 0
     out = capsys.readouterr().out

@@ -119,7 +119,7 @@ def test_cache_keys_of_variants():
     plain_problem = Problem(8, 16, 32)
     plain = Key.of(plain_problem, load_space("blocked").seed_configs(plain_problem)[0], True)
     assert str(plain).endswith(":checks:f32:nn:device:8x16x32:b1:none")
-    problem = Problem(8, 16, 32, "f16", "nt", 8, True, "gelu,bias")
+    problem = Problem(8, 16, 32, "f16", "nt", 8, True, "bias,gelu")
     key = Key.of(problem, load_space("blockedx").first_config(problem), False)
     assert str(key).endswith(":nochecks:f16:nt:device:8x16x32:b8s:bias,gelu")
     assert Key.parse(str(key)) == key and key.problem == problem
