@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -252,7 +253,11 @@ def _lookup_and_export_parsers(commands) -> None:
     lookup = commands.add_parser("lookup", help="the best known kernel for a shape")
     _shape_options(lookup, many=False)
     lookup.add_argument("--json", action="store_true", help="print JSON instead of text")
-    lookup.add_argument("--wgsl", action="store_true", help="print the kernel's WGSL")
+    lookup.add_argument(
+        "--wgsl",
+        action="store_true",
+        help="print the kernel's WGSL (alone on stdout; the rest on stderr)",
+    )
     lookup.add_argument(
         "--no-estimate",
         dest="estimate",
@@ -275,6 +280,13 @@ def _lookup_and_export_parsers(commands) -> None:
     )
     export.add_argument(
         "--trials", type=_positive_int, default=30, help="trials when --portable tunes (30)"
+    )
+    export.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=None,
+        help="seconds of search per shape when --portable tunes (the first of it and "
+        "--trials ends the search)",
     )
     export.add_argument(
         "--candidates",
@@ -413,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("autotune: interrupted; finished results are in the cache", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # stdout's reader stopped early (`| head`): nothing left to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 1
 
 
 # --- commands -------------------------------------------------------------------------
@@ -559,6 +574,12 @@ class _TuneDisplay:
     def finish(self, results) -> None:
         for task in self.tasks.values():
             self.progress.update(task, completed=self.total)
+        for r in results:  # the study's final count, as the table gives it (the last
+            # trial can end after the last progress event)
+            if r.problem in self.tasks:
+                self.progress.update(
+                    self.tasks[r.problem], trials=f"{r.search.study_trials}{self.budget} trials"
+                )
         if self.overall is not None:
             failed = sum(1 for r in results if not r.entry)
             done = f"{len(results)}/{self.count} shapes"
@@ -655,11 +676,15 @@ def _lookup(args, problems, console: Console) -> int:
         "median_s": entry.median_s if entry else None,
         "gflops": entry.gflops if entry else None,
     }
+    # with --wgsl the WGSL alone goes to stdout (`> kernel.wgsl` compiles), the rest to stderr
+    out = sys.stderr if args.wgsl else sys.stdout
     if args.json:
-        print(json.dumps(info, indent=1))
+        print(json.dumps(info, indent=1), file=out)
     else:
+        width = max(map(len, info))
+        described = Console(file=sys.stderr, width=console.width) if args.wgsl else console
         for name, value in info.items():
-            console.print(f"{name:>10}: {value}")
+            described.print(f"{name:>{width}}: {value}")
     if args.wgsl:
         print(kernel.wgsl)
     return 0
@@ -682,8 +707,14 @@ def _export(args, problems, console: Console) -> int:
         try:
             kernel = lookup(**common, portable=args.portable)
             if args.portable and kernel.source != "exact":
-                console.print(f"{problem.shape}: no portable kernel cached; tuning one")
-                tune(**common, trials=args.trials, portable=True)
+                budget = f"{args.trials} trials" + (
+                    f" or {args.timeout:g} s" if args.timeout else ""
+                )  # a big shape on a slow adapter takes minutes: say what it will spend
+                console.print(
+                    f"{problem.shape}: no portable kernel cached; tuning one ({budget}; "
+                    "--trials and --timeout set it)"
+                )
+                tune(**common, trials=args.trials, timeout=args.timeout, portable=True)
                 kernel = lookup(**common, portable=True)
         except ProblemError as error:
             raise UsageError(f"argument {_option(error.field)}: {error}") from None
@@ -776,7 +807,8 @@ def _cache(args, problems, console: Console) -> int:
         option = "FILE" if error.field == "paths" else _option(error.field)
         raise UsageError(f"argument {option}: {error}") from None
     console.print(
-        f"merged {len(args.files)} files into {report.out}: {report.entries} entries, "
+        f"merged {len(args.files)} file{'' if len(args.files) == 1 else 's'} into "
+        f"{report.out}: {report.entries} entries, "
         f"{len(report.conflicts)} keys with different configs (the faster kept), "
         f"{report.skipped} invalid or stale entries left out"
     )

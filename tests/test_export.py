@@ -472,6 +472,17 @@ def test_cli_exports_a_quantized_bundle(gpu, tmp_path, cache_dir):
     assert main([*argv[:3], "--weights", "q4g32", "--out", str(out)]) == 2  # layout nn
 
 
+def test_cli_export_portable_tunes_within_the_timeout_it_was_given(gpu, tmp_path, capsys):
+    """With no portable kernel cached, export says what the tune will spend and stops it
+    at --timeout (a big shape on a slow adapter would otherwise take minutes)."""
+    cache = tmp_path / "cache"
+    argv = ["export", "--shape", "96x80x64", "--out", str(tmp_path / "out"), "--portable"]
+    assert main([*argv, "--trials", "100000", "--timeout", "3", "--cache", str(cache)]) == 0
+    assert "tuning one (100000 trials or 3 s;" in capsys.readouterr().out
+    (entry,) = [e for e in json.loads(next(cache.glob("*.json")).read_text())["entries"].values()]
+    assert entry["tuning_s"] < 30 and entry["trials"] < 100000
+
+
 @pytest.fixture(scope="module")
 def quantized_results(gpu, tmp_path_factory):
     """The quantized bundles run once in Chromium on the test's A and weight files:
