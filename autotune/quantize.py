@@ -451,7 +451,12 @@ def _stored_scale(exact: np.ndarray, scales: str, blocks: np.ndarray) -> np.ndar
     if not np.isfinite(stored).all():
         n, g = np.argwhere(~np.isfinite(stored))[0]
         biggest = np.abs(blocks[n, g]).max()
-        advice = "; use scales='f32'" if scales == "f16" else ""
+        advice = (
+            "; scales='f32' holds it, for other projects (autotune's kernels read f16 "
+            "scales: scale W down, and the output by the same factor)"
+            if scales == "f16"
+            else ""
+        )
         raise ArgumentError(
             "scales",
             f"scales {scales!r} cannot hold the scale {exact[n, g]:.6g} of row {n}, group "

@@ -604,6 +604,16 @@ def _load_space(template: str, path: Path, stamps: tuple) -> Space:
     return Space.from_toml(_read_space(path), template)
 
 
+def _rule_every_seed_breaks(space: Space, problem: Problem) -> str | None:
+    """ "gemv: decode_shapes: M <= 16" where each of the space's known-good configs first
+    breaks that one rule at `problem` (most likely what rules the family out), else None."""
+    seeds = [Config.make(space.template, s) for s in space.seeds]
+    reasons = {space.why_invalid(c, problem) for c in seeds}
+    return (
+        f"{space.template}: {reasons.pop()}" if len(reasons) == 1 and None not in reasons else None
+    )
+
+
 def check_runnable(problem: Problem, limits: Mapping[str, int], templates) -> None:
     """Raise ProblemError naming the device limit when no config of `templates` can run
     `problem` within `limits` (e.g. more than 65535 workgroups in a dimension for every
@@ -627,7 +637,12 @@ def check_runnable(problem: Problem, limits: Mapping[str, int], templates) -> No
                 f"matrix, no epilogue), not {problem}; the variants are blockedx's, gemv's "
                 "and splitk's",
             )
-        raise ProblemError("shape", f"no config of {', '.join(templates)} is valid for {problem}")
+        rules = "; ".join(filter(None, (_rule_every_seed_breaks(s, problem) for s in spaces)))
+        raise ProblemError(
+            "shape",
+            f"no config of {', '.join(templates)} is valid for {problem}"
+            + (f" ({rules})" if rules else ""),
+        )
     what, blamed = problem.shape, "shape"
     one = replace(problem, batch=1, shared_b=False)
     if problem.batch > 1 and any(space.first_config(one, limits) for space in spaces):

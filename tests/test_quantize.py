@@ -400,7 +400,7 @@ BAD = [
     (dict(scales="bf16"), "scales", "scales must be 'f16' or 'f32', got 'bf16'"),
     (dict(scales=["f16"]), "scales", "got ['f16']"),
     (dict(W=np.full((2, 8), 1e7)), "scales", "scales 'f16' cannot hold the scale"),
-    (dict(W=np.full((2, 64), 1e6), bits=4, group=32), "scales", "use scales='f32'"),
+    (dict(W=np.full((2, 64), 1e6), bits=4, group=32), "scales", "scales='f32' holds it, for other"),
     (dict(W=np.full((2, 8), 1e300), scales="f32"), "scales", "scales 'f32' cannot hold"),
 ]
 
