@@ -20,6 +20,7 @@ Bad input exits with code 2 and one line naming the argument; no traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -459,7 +460,7 @@ def _tune(args, problems, console: Console) -> int:
     if radius is not None:  # the plan is shown once every argument is known to be good
         display.plan = choose_representatives(problems, radius), radius
         display.count = len({a.representative for a in display.plan[0]})
-    with display:
+    with display, _named_by_file(args):
         # bad arguments and problems beyond the device: main() names the option
         results = tune_many(
             problems,
@@ -483,6 +484,20 @@ def _tune(args, problems, console: Console) -> int:
     for path in dict.fromkeys(r.cache_path for r in results):
         console.print(f"cache: {path}")
     return 0 if all(r.entry for r in results) else 1
+
+
+@contextlib.contextmanager
+def _named_by_file(args):
+    """A problem refused for its shape (beyond the device) names the file it came from
+    when --shape gave none."""
+    try:
+        yield
+    except ProblemError as error:
+        option = "model" if args.model else "shapes_from" if args.shapes_from else None
+        if option is None or args.shape or error.field not in ("shape", "batch"):
+            raise
+        path = getattr(args, option)
+        raise UsageError(f"argument {_option(option)}: {path}: {error}") from None
 
 
 class _TuneDisplay:

@@ -216,6 +216,8 @@ CLI = [
     (["tune", "--shapes-from", "text.json"], "problem 1: N must be an integer >= 1, got '4'"),
     (["tune", "--shapes-from", "f64.json"], "problem 1: dtype 'f64' is not supported"),
     (["tune", "--shapes-from", "xx.json"], "problem 1: layout 'xx' is not supported"),
+    (["tune", "--shapes-from", "big.json"], "argument --shapes-from: big.json: B (8192x8192"),
+    (["tune", "--model", "big.json"], "argument --model: big.json: B (8192x8192 f32) needs"),
     (["tune", "--model", "nope.json"], "argument --model: nope.json: [Errno 2]"),
     (["tune", "--model", "xx.json"], "argument --model: xx.json: problem 1: layout 'xx'"),
     (["tune", "--model", "f64.json", "--radius", "-1"], "argument --model: f64.json: problem 1"),
@@ -270,6 +272,7 @@ def test_cli_arguments(capsys, tmp_path, monkeypatch, argv, words):
     (tmp_path / "f64.json").write_text('[{"shape": "4x4x4", "dtype": "f64"}]')
     (tmp_path / "xx.json").write_text('[{"shape": "4x4x4", "layout": "xx"}]')
     (tmp_path / "ok.json").write_text('[{"shape": "4x4x4"}]')
+    (tmp_path / "big.json").write_text('[{"shape": "16x8192x8192"}]')  # B: 256 MiB
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
