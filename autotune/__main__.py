@@ -408,7 +408,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         problems = _problems(args)
-        return COMMANDS[args.command](args, problems, console)
+        code = COMMANDS[args.command](args, problems, console)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return code
     except UsageError as error:
         print(_one_line(f"autotune: error: {error}"), file=sys.stderr)
         return 2

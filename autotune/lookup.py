@@ -109,7 +109,7 @@ def _other_type_same_weight(measured_at: Problem, problem: Problem) -> bool:
     """Whether `measured_at` is `problem`'s quantized weight and activation format in the
     other element type: there the element type is only x's and y's (the weight's bytes and
     codes are the same), so its configs are neighbours too, predicted from their own time
-    as another variant (the roof stays the problem's own type's)."""
+    as another variant (under the problem's own type's roof where it has entries)."""
     return (
         problem.weights != "none"
         and measured_at.dtype != problem.dtype

@@ -41,9 +41,10 @@ DEFAULT_UNITS = 64
 # 128 workgroups of 256 of a 128 x 256 tile (about one per SM) reached 0.87x cuBLAS.
 THREADS_PER_UNIT = 256
 SEED_SHARE = 0.4  # the share of the roof an unmeasured known-good config is assumed to reach
-# A config measured for another variant (layout, batch, epilogue) of the same element type
-# is the same blocking with other loads and stores: predicted a little slower than
-# measured, so that one measured for this variant ranks first at the same prediction.
+# A config measured for another variant (layout, batch, epilogue of the same element type;
+# a quantized weight's other element type) is the same blocking with other loads and
+# stores: predicted a little slower than measured, so that one measured for this variant
+# ranks first at the same prediction.
 OTHER_VARIANT = 1.25
 # The uncertainty of a prediction per doubling (or halving) of the work between the shape
 # measured and the shape predicted.

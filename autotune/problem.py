@@ -71,8 +71,8 @@ def check_dtype(dtype: object) -> str:
     for name, (np_type, _) in DTYPES.items():
         if _same_numpy_type(dtype, np_type):
             return name
-    # a NumPy dtype by its name: "dtype 'int32'", not "dtype dtype('int32')"
-    named = repr(dtype.name) if isinstance(dtype, np.dtype) else shown(dtype)
+    # a NumPy dtype as NumPy writes it: "dtype 'int32'" (">f4" big-endian), not "dtype dtype(...)"
+    named = repr(str(dtype)) if isinstance(dtype, np.dtype) else shown(dtype)
     raise ProblemError("dtype", f"dtype {named} is not supported; supported: {', '.join(DTYPES)}")
 
 

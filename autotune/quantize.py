@@ -453,7 +453,7 @@ def _stored_scale(exact: np.ndarray, scales: str, blocks: np.ndarray) -> np.ndar
         biggest = np.abs(blocks[n, g]).max()
         advice = (
             "; scales='f32' holds it, for other projects (autotune's kernels read f16 "
-            "scales: scale W down, and the output by the same factor)"
+            "scales: divide W by a factor before quantizing, and multiply the output by it)"
             if scales == "f16"
             else ""
         )

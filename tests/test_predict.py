@@ -4,7 +4,6 @@ in the cache as `estimated`."""
 
 import json
 import warnings
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -222,29 +221,31 @@ def test_int8_entries_do_not_raise_the_roof_of_float_problems(gpu, tmp_path):
 
 def test_a_quantized_weight_borrows_configs_measured_in_the_other_element_type(gpu, tmp_path):
     """With a quantized weight the element type is only x's and y's: a config tuned for
-    q4g32 with f32 activations is a neighbour of the same weight with f16 ones (and the
-    other way round), ranked as another variant; other weights and unquantized problems
-    borrow nothing."""
+    q4g32 with f32 activations is a neighbour of the same weight with f16 ones, and the
+    other way round, ranked as another variant; another weight borrows nothing, nor does
+    an unquantized problem (an f32 gemv entry would run at f16 too)."""
     from autotune.lookup import _ranked
 
     if "shader-f16" not in gpu.features:
         pytest.skip("adapter has no shader-f16")
     store = cache.DeviceCache(tmp_path, gpu.fingerprint.as_dict(), versions())
-    space = load_space("qgemv")
     f32 = Problem(4, 256, 256, "f32", "nt", weights="q4g32")
-    tuned = space.seed_configs(f32, gpu.limits)[-1]
-    store.put(seed_entry(f32, "qgemv", config=tuned))
-    store.put(seed_entry(Problem(64, 64, 64), "blocked"))
+    f16 = Problem(4, 256, 256, "f16", "nt", weights="q4g64")
+    plain = Problem(4, 256, 256, "f32", "nt")
+    for problem, template in ((f32, "qgemv"), (f16, "qgemv"), (plain, "gemv")):
+        config = load_space(template).seed_configs(problem, gpu.limits)[-1]
+        store.put(seed_entry(problem, template, config=config))
 
     def borrowed(problem):
         ranked = _ranked(problem, True, [store], gpu, gpu.limits)
         return [c.entry.key.problem for c in ranked if c.entry]
 
-    f16 = Problem(8, 512, 256, "f16", "nt", weights="q4g32")
-    assert borrowed(f16) == [f32]
-    assert borrowed(replace(f16, dtype="f32")) == [f32]  # its own type, as before
-    assert borrowed(replace(f16, weights="q4g64")) == []
-    assert borrowed(Problem(8, 512, 256, "f16")) == []
+    assert borrowed(Problem(8, 512, 256, "f16", "nt", weights="q4g32")) == [f32]
+    assert borrowed(Problem(8, 512, 256, "f32", "nt", weights="q4g64")) == [f16]
+    assert borrowed(Problem(8, 512, 256, "f32", "nt", weights="q4g32")) == [f32]  # own type
+    assert borrowed(Problem(8, 512, 256, "f16", "nt", weights="q4g128")) == []
+    assert borrowed(Problem(8, 512, 256, "f32", "nt")) == [plain]
+    assert borrowed(Problem(8, 512, 256, "f16", "nt")) == []
 
 
 def test_the_shipped_cache_holds_tuned_entries_only(gpu, monkeypatch):
