@@ -85,9 +85,9 @@ def _verified(problem, config: Config, source, checks, gpu, reference, entry=Non
 
 def _ranked(problem, checks, stores, gpu, limits) -> list[predict.Candidate]:
     """Every config this device's caches measured (at any shape and, in the same element
-    type, any layout, batch or epilogue; a quantized weight's in either element type; in
-    this mode) and each family's known-good configs, valid at `problem`, fastest
-    predicted first."""
+    type, any layout, batch or epilogue; a quantized weight's in any quantized format with
+    the same activations; in this mode) and each family's known-good configs, valid at
+    `problem`, fastest predicted first."""
     runs = runs_here(limits, problem, gpu)
     measured = [
         e
@@ -97,23 +97,25 @@ def _ranked(problem, checks, stores, gpu, limits) -> list[predict.Candidate]:
     ]  # (the roof from tuned entries only: an estimate's three short passes are noisier)
     # each arithmetic its own roof: f16 runs faster, int8 dot products faster still
     typed = [e for e in measured if e.key.problem.arithmetic == problem.arithmetic]
-    kin = [e for e in measured if _other_type_same_weight(e.key.problem, problem)]
+    kin = [e for e in measured if _another_quantized_format(e.key.problem, problem)]
     usable = [e for e in typed + kin if runs(e.config)]
     seeds = [c for c in _seeds(problem, limits) if runs(c)]
     units = predict.compute_units(gpu.fingerprint.device)
-    roof = predict.Roof.of(typed or measured)
+    roof = predict.Roof.of(typed or kin or measured)  # the nearest rates there are
     return predict.ranked(problem, usable, seeds, units, roof)
 
 
-def _other_type_same_weight(measured_at: Problem, problem: Problem) -> bool:
-    """Whether `measured_at` is `problem`'s quantized weight and activation format in the
-    other element type: there the element type is only x's and y's (the weight's bytes and
-    codes are the same), so its configs are neighbours too, predicted from their own time
-    as another variant (under the problem's own type's roof where it has entries)."""
+def _another_quantized_format(measured_at: Problem, problem: Problem) -> bool:
+    """Whether `measured_at` has a quantized weight as `problem` does, with the same
+    activation format but another element type or weight format (q4g32 beside q4g128,
+    q8): the same families compute both (the codes per word and the scales per group are
+    values their spaces check), so its configs are neighbours too, predicted from their
+    own time as another variant. Most formats have no tuned entry of their own."""
     return (
         problem.weights != "none"
-        and measured_at.dtype != problem.dtype
-        and (measured_at.weights, measured_at.activations) == (problem.weights, problem.activations)
+        and measured_at.weights != "none"
+        and measured_at.activations == problem.activations
+        and measured_at.arithmetic != problem.arithmetic
     )
 
 

@@ -219,11 +219,11 @@ def test_int8_entries_do_not_raise_the_roof_of_float_problems(gpu, tmp_path):
     assert min(c.predicted_s for c in ranked) >= predict.floor_seconds(big, roof)
 
 
-def test_a_quantized_weight_borrows_configs_measured_in_the_other_element_type(gpu, tmp_path):
-    """With a quantized weight the element type is only x's and y's: a config tuned for
-    q4g32 with f32 activations is a neighbour of the same weight with f16 ones, and the
-    other way round, ranked as another variant; another weight borrows nothing, nor does
-    an unquantized problem (an f32 gemv entry would run at f16 too)."""
+def test_a_quantized_weight_borrows_configs_measured_for_other_quantized_formats(gpu, tmp_path):
+    """The quantized families compute every weight format and element type: a q4g128
+    problem in f16 ranks configs tuned for q4g32 in f32 and for q4g64 in f16, as other
+    variants; one with int8 activations borrows none of them, nor does an unquantized
+    problem (an f32 gemv entry would run at f16 too)."""
     from autotune.lookup import _ranked
 
     if "shader-f16" not in gpu.features:
@@ -232,20 +232,20 @@ def test_a_quantized_weight_borrows_configs_measured_in_the_other_element_type(g
     f32 = Problem(4, 256, 256, "f32", "nt", weights="q4g32")
     f16 = Problem(4, 256, 256, "f16", "nt", weights="q4g64")
     plain = Problem(4, 256, 256, "f32", "nt")
-    for problem, template in ((f32, "qgemv"), (f16, "qgemv"), (plain, "gemv")):
-        config = load_space(template).seed_configs(problem, gpu.limits)[-1]
+    for problem, template, seed in ((f32, "qgemv", -1), (f16, "qgemv", 0), (plain, "gemv", -1)):
+        config = load_space(template).seed_configs(problem, gpu.limits)[seed]  # one per config
         store.put(seed_entry(problem, template, config=config))
 
     def borrowed(problem):
         ranked = _ranked(problem, True, [store], gpu, gpu.limits)
-        return [c.entry.key.problem for c in ranked if c.entry]
+        return {c.entry.key.problem for c in ranked if c.entry}
 
-    assert borrowed(Problem(8, 512, 256, "f16", "nt", weights="q4g32")) == [f32]
-    assert borrowed(Problem(8, 512, 256, "f32", "nt", weights="q4g64")) == [f16]
-    assert borrowed(Problem(8, 512, 256, "f32", "nt", weights="q4g32")) == [f32]  # own type
-    assert borrowed(Problem(8, 512, 256, "f16", "nt", weights="q4g128")) == []
-    assert borrowed(Problem(8, 512, 256, "f32", "nt")) == [plain]
-    assert borrowed(Problem(8, 512, 256, "f16", "nt")) == []
+    assert borrowed(Problem(8, 512, 256, "f16", "nt", weights="q4g128")) == {f32, f16}
+    assert borrowed(Problem(8, 512, 256, "f32", "nt", weights="q4g32")) == {f32, f16}
+    int8 = Problem(8, 512, 256, "f32", "nt", weights="q4g32", activations="q8")
+    assert borrowed(int8) == set()
+    assert borrowed(Problem(8, 512, 256, "f32", "nt")) == {plain}
+    assert borrowed(Problem(8, 512, 256, "f16", "nt")) == set()
 
 
 def test_the_shipped_cache_holds_tuned_entries_only(gpu, monkeypatch):
