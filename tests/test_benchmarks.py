@@ -225,3 +225,19 @@ def test_gpus_compares_one_gpu_with_two_quick(gpu, cache_dir, tmp_path):
     rates = re.findall(r"= (\d+)/min", out)
     assert len(rates) == 2 and all(int(rate) > 0 for rate in rates), out
     assert re.search(r"ratio: \d+\.\d\dx", out) and re.search(r"model \(3 problems", out), out
+
+
+def test_no_shape_of_the_sample_is_estimated_from_seeds_alone_on_the_h200(tmp_path):
+    """Every sampled LLM shape, dense or quantized, gets a measured config of the shipped
+    H200 cache in its shortlist; the same file without its quantized entries leaves the
+    quantized shapes to seeds."""
+    shipped = BENCHMARKS.parent / "cache" / "nvidia-h200-vulkan-0c11ccbbcb01.json"
+    out = run_script("shortlists.py", "--cache", str(shipped), cwd=tmp_path)
+    assert json.loads(out.splitlines()[-1]) == {"problems": 252, "seeds_only": 0}, out
+    data = json.loads(shipped.read_text())
+    data["entries"] = {k: v for k, v in data["entries"].items() if ".q" not in k.split(":")[3]}
+    dense = tmp_path / shipped.name
+    dense.write_text(json.dumps(data))
+    out = run_script("shortlists.py", "--cache", str(dense), cwd=tmp_path)
+    starved = [line for line in out.splitlines() if line.startswith("seeds only: ")]
+    assert len(starved) == json.loads(out.splitlines()[-1])["seeds_only"] == 7 * 3 * 2 * 4
