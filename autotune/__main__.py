@@ -699,7 +699,7 @@ def _lookup(args, problems, console: Console) -> int:
         print(json.dumps(info, indent=1), file=out)
     else:
         width = max(map(len, info))
-        described = Console(file=sys.stderr, width=console.width) if args.wgsl else console
+        described = Console(file=out, width=console.width) if args.wgsl else console
         for name, value in info.items():
             described.print(f"{name:>{width}}: {value}")
     if args.wgsl:

@@ -20,10 +20,12 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from autotune import cache, predict
-from autotune.device import get_gpu
-from autotune.lookup import SHORTLIST, _ranked
-from autotune.problem import Problem
+sys.path.insert(0, str(Path(__file__).parent.parent))  # this checkout's autotune
+
+from autotune import cache, predict  # noqa: E402
+from autotune.device import get_gpu  # noqa: E402
+from autotune.lookup import SHORTLIST, _ranked  # noqa: E402
+from autotune.problem import Problem  # noqa: E402
 
 H200_LIMITS = {
     "max-compute-workgroup-storage-size": 49152,

@@ -479,7 +479,7 @@ def test_cli_export_portable_tunes_within_the_timeout_it_was_given(gpu, tmp_path
     argv = ["export", "--shape", "96x80x64", "--out", str(tmp_path / "out"), "--portable"]
     assert main([*argv, "--trials", "100000", "--timeout", "3", "--cache", str(cache)]) == 0
     assert "tuning one (100000 trials or 3 s;" in capsys.readouterr().out
-    (entry,) = [e for e in json.loads(next(cache.glob("*.json")).read_text())["entries"].values()]
+    (entry,) = json.loads(next(cache.glob("*.json")).read_text())["entries"].values()
     assert entry["tuning_s"] < 30 and entry["trials"] < 100000
 
 
