@@ -21,7 +21,7 @@ from typing import Protocol
 
 from .compile import CompileError, compile_shader
 from .device import Gpu, one_line
-from .measure import Measurement, TooSlow, measure
+from .measure import Measurement, TooSlow, measure, time_back_to_back
 from .problem import Problem
 from .render import render
 from .space import Config
@@ -109,8 +109,8 @@ def retime(
 
     Each candidate of the search was timed once, after host-side work (compile,
     verification) that lets the GPU's clocks drop; on the H200 a config sometimes
-    measured at half its speed. Here the finalists are compiled and verified first, the
-    GPU is kept busy, and each is timed in two rounds; its time is the faster round.
+    measured at half its speed. Here the finalists are compiled and verified first, then
+    timed back to back (measure.time_back_to_back).
     """
     ready = []
     for config in configs:
@@ -123,16 +123,11 @@ def retime(
             ready.append((config, compiled, verdict.error))
     if not ready:
         return None
-    operands = (reference.A, reference.B)
-    measure(ready[0][1], gpu, operands=operands, warmup_s=0.3)  # clocks up; not used
-    fastest: dict[Config, Measurement] = {}
-    for _ in range(2):
-        for config, compiled, _ in ready:
-            m = measure(compiled, gpu, operands=operands)
-            if config not in fastest or m.median_s < fastest[config].median_s:
-                fastest[config] = m
-    config, compiled, error = min(ready, key=lambda item: fastest[item[0]].median_s)
-    return Outcome(config, fastest[config], error=error, compile_s=compiled.seconds)
+    kernels = [compiled for _, compiled, _ in ready]
+    times = time_back_to_back(kernels, gpu, operands=(reference.A, reference.B))
+    timed = zip(ready, times, strict=True)
+    (config, compiled, error), fastest = min(timed, key=lambda item: item[1].median_s)
+    return Outcome(config, fastest, error=error, compile_s=compiled.seconds)
 
 
 def reference_seed(seed: int | None) -> int:

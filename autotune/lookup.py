@@ -26,7 +26,7 @@ from .data import BUILT_IN
 from .device import Gpu, get_gpu, given_gpu, portable_limits, versions
 from .kernel import Kernel, check_fits, check_operands
 from .key import SPACES, Key
-from .measure import TooSlow, measure
+from .measure import time_back_to_back
 from .problem import Problem, ProblemError
 from .render import render
 from .space import Config, check_runnable, load_space
@@ -144,28 +144,26 @@ def _first_verified(configs, source, problem, checks, gpu, reference) -> Kernel 
 
 
 def _timed(shortlisted, problem, checks, gpu, reference, budget_s) -> list[tuple]:
-    """(measurement, kernel, verdict) for the shortlisted configs that verify, each timed
-    here; at least one verified config is timed, the others while the budget lasts."""
-    deadline = time.monotonic() + budget_s
-    timed = []
+    """(measurement, kernel, verdict) for the shortlisted configs that verify: compiled
+    and verified first (at least one, the others within half the budget), then timed
+    back to back (measure.time_back_to_back: after that host-side work the GPU's clocks
+    are down; timed between compiles, the first new shape of a program measured 4-5x
+    slow on the H200 and its choice was noise). A candidate 4x slower than the best so
+    far in one dispatch is dropped."""
+    deadline = time.monotonic() + budget_s / 2
+    ready = []
     for candidate in shortlisted:
-        left = deadline - time.monotonic()
-        if timed and left <= 0:
+        if ready and time.monotonic() > deadline:
             break
         found = _verified(problem, candidate.config, "estimated", checks, gpu, reference)
-        if found is None:
-            continue
-        kernel, verdict = found
-        slowest = 4 * min(t[0].median_s for t in timed) if timed else None
-        try:  # a candidate 4x slower than the best so far in one dispatch is dropped
-            measurement = measure(
-                kernel._compiled, gpu, min_pass_s=0.002, passes=3,
-                budget_s=max(left, 0.2), max_dispatch_s=slowest, max_warmup_s=0.1,
-            )  # fmt: skip
-        except TooSlow:
-            continue
-        timed.append((measurement, kernel, verdict))
-    return timed
+        if found is not None:
+            ready.append(found)
+    kernels = [kernel._compiled for kernel, _ in ready]
+    times = time_back_to_back(
+        kernels, gpu, drop_slower=4, min_pass_s=0.002, passes=3, max_warmup_s=0.1,
+        warmup_s=0.02,
+    )  # fmt: skip
+    return [(m, kernel, verdict) for m, (kernel, verdict) in zip(times, ready, strict=True) if m]
 
 
 def _estimate(problem, checks, stores, gpu, limits, reference, portable, budget_s):
