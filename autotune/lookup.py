@@ -160,8 +160,8 @@ def _timed(shortlisted, problem, checks, gpu, reference, budget_s) -> list[tuple
             ready.append(found)
     kernels = [kernel._compiled for kernel, _ in ready]
     times = time_back_to_back(
-        kernels, gpu, drop_slower=4, min_pass_s=0.002, passes=3, max_warmup_s=0.1,
-        warmup_s=0.02,
+        kernels, gpu, operands=(reference.A, reference.B), drop_slower=4,
+        min_pass_s=0.002, passes=3, max_warmup_s=0.1, warmup_s=0.02,
     )  # fmt: skip
     return [(m, kernel, verdict) for m, (kernel, verdict) in zip(times, ready, strict=True) if m]
 

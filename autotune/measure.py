@@ -212,8 +212,9 @@ def time_back_to_back(
     After host-side work (compiling, verifying, a program's start) the H200's clocks are
     down and come back slowly: a kernel timed then can measure several times slower
     than it runs, and a choice among such timings is noise. With `drop_slower`, a kernel
-    whose one dispatch is that many times the fastest so far is not timed again (None).
-    `settings` are measure()'s.
+    whose one dispatch in the first round is that many times the fastest so far is not
+    timed again (None). Give `operands`: drawing them for each kernel (a quantized
+    weight's are packed on the host) idles the GPU in between. `settings` are measure()'s.
     """
     if not kernels:
         return []
@@ -226,12 +227,11 @@ def time_back_to_back(
             if i in dropped:
                 continue
             best = min((m.median_s for m in fastest if m is not None), default=None)
-            limit = drop_slower * best if drop_slower and best is not None else None
-            try:
+            limit = drop_slower * best if drop_slower and best and round_number == 0 else None
+            try:  # a kernel once timed is never dropped: one dispatch may be a slow one
                 m = measure(kernels[i], gpu, operands=operands, max_dispatch_s=limit, **settings)
             except TooSlow:
                 dropped.add(i)
-                fastest[i] = None
                 continue
             if fastest[i] is None or m.median_s < fastest[i].median_s:
                 fastest[i] = m
