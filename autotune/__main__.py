@@ -264,7 +264,7 @@ def _lookup_and_export_parsers(commands) -> None:
         dest="estimate",
         action="store_false",
         help="for a shape not in the cache, serve the best ranked config without timing "
-        "the best few here (about 2 s) and caching the fastest as estimated",
+        "the best few here (a few seconds) and caching the fastest as estimated",
     )
     _adapter_option(lookup)
 

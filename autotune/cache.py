@@ -435,7 +435,7 @@ def _slot(text_key: str) -> tuple[str, ...] | None:
 
 # Estimates one file keeps: shapes that change on every call (a growing sequence) would
 # otherwise grow the file, and the time of each write under the lock, without end. The
-# oldest go first (an estimate costs about 2 s to make again).
+# oldest go first (an estimate costs a few seconds to make again).
 MAX_ESTIMATES = 1000
 
 

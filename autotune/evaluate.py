@@ -125,7 +125,7 @@ def retime(
         return None
     kernels = [compiled for _, compiled, _ in ready]
     times = time_back_to_back(kernels, gpu, operands=(reference.A, reference.B))
-    timed = zip(ready, times, strict=True)
+    timed = zip(ready, times, strict=True)  # no kernel dropped (no drop_slower): no None
     (config, compiled, error), fastest = min(timed, key=lambda item: item[1].median_s)
     return Outcome(config, fastest, error=error, compile_s=compiled.seconds)
 

@@ -3,8 +3,8 @@
 Order: an entry for this exact problem in the user's cache, then in the shipped cache/
 (tuned there, or estimated by an earlier lookup); else the configs this device's cache
 measured at other shapes and each family's known-good configs, ranked by predicted time
-at this shape (autotune.predict), the best few verified and timed here within a small
-budget, the fastest kept in the user's cache marked `estimated`, so the next call is
+at this shape (autotune.predict), the best few verified here and timed back to back
+(a few seconds), the fastest kept in the user's cache marked `estimated`, so the next call is
 instant; a sound default config last. Every config not tuned for this exact problem is
 verified at it before it is handed out.
 """
@@ -36,7 +36,10 @@ MEMO_SIZE = 256  # kernels memoized per device
 _MEMOIZED: weakref.WeakSet = weakref.WeakSet()  # the devices (Gpus) with memoized kernels
 _MEMO_LOCK = threading.Lock()
 _FORGOTTEN = [0]  # forget()s so far: a lookup begun before one is not memoized
-ESTIMATE_S = 2.0  # what choosing among ranked configs at a new shape may take, about
+# a new shape's estimate, about: half of it verifying the shortlist (at least one), then
+# timing it back to back (2-7 s in all on the H200: a quantized weight's reference and
+# verification are the slowest)
+ESTIMATE_S = 2.0
 SHORTLIST = 6  # ranked configs timed at a new shape (each family's best among them)
 NEIGHBOURS = 4  # measured configs a tune of a new shape tries first
 
@@ -145,11 +148,11 @@ def _first_verified(configs, source, problem, checks, gpu, reference) -> Kernel 
 
 def _timed(shortlisted, problem, checks, gpu, reference, budget_s) -> list[tuple]:
     """(measurement, kernel, verdict) for the shortlisted configs that verify: compiled
-    and verified first (at least one, the others within half the budget), then timed
-    back to back (measure.time_back_to_back: after that host-side work the GPU's clocks
-    are down; timed between compiles, the first new shape of a program measured 4-5x
-    slow on the H200 and its choice was noise). A candidate 4x slower than the best so
-    far in one dispatch is dropped."""
+    and verified first (at least one, the others within half of `budget_s`), then
+    timed back to back on the reference's operands (measure.time_back_to_back: after
+    that host-side work the GPU's clocks are down; timed between compiles, the
+    estimates' timings on the H200 were 2.9-5.7x slow and the choice noise). A
+    candidate 4x slower than the best so far in one dispatch is dropped."""
     deadline = time.monotonic() + budget_s / 2
     ready = []
     for candidate in shortlisted:
@@ -163,12 +166,13 @@ def _timed(shortlisted, problem, checks, gpu, reference, budget_s) -> list[tuple
         kernels, gpu, operands=(reference.A, reference.B), drop_slower=4,
         min_pass_s=0.002, passes=3, max_warmup_s=0.1, warmup_s=0.02,
     )  # fmt: skip
-    return [(m, kernel, verdict) for m, (kernel, verdict) in zip(times, ready, strict=True) if m]
+    timed = zip(times, ready, strict=True)
+    return [(m, kernel, verdict) for m, (kernel, verdict) in timed if m is not None]
 
 
 def _estimate(problem, checks, stores, gpu, limits, reference, portable, budget_s):
-    """The ranked configs' best at `problem`: timed within `budget_s` and cached (a
-    budget of 0: the first that verifies, untimed)."""
+    """The ranked configs' best at `problem`: the shortlist verified and timed in about
+    `budget_s`, the fastest cached (a budget of 0: the first that verifies, untimed)."""
     started = time.monotonic()
     ranked = _ranked(problem, checks, stores, gpu, limits)
     if budget_s <= 0:
@@ -311,7 +315,8 @@ def lookup(
     within WebGPU's default limits (for export).
 
     Without an entry for this problem, the configs ranked fastest by predicted time are
-    timed here (about ESTIMATE_S seconds) and the fastest is cached as `estimated`;
+    verified and timed here back to back (ESTIMATE_S; 2-7 s in all on the H200), and
+    the fastest is cached as `estimated`;
     `estimate=False` serves the first ranked config that verifies, untimed ("predicted"):
     for shapes that change on every call (a growing sequence), or round M up to a few
     sizes. A cache file keeps its newest cache.MAX_ESTIMATES estimates.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,6 +116,23 @@ class _PassTimer:
             self.resolved.destroy()
 
 
+@contextmanager
+def _timer(compiled: Compiled, gpu: Gpu, operands, seed: int, use_timestamps: bool):
+    """A _PassTimer over `compiled` bound to `operands` (else random ones from `seed`)
+    and a zeroed C; its buffers released on leaving."""
+    problem = compiled.shader.problem
+    rng = np.random.default_rng(seed)
+    A, B = operands if operands is not None else random_operands(problem, rng)
+    C = np.zeros(problem.matrix_shapes()["C"], dtype=problem.numpy_dtype)
+    bound = Bound.make(compiled, gpu, input_arrays(A, B) | {"C": C})
+    timer = _PassTimer(bound, gpu, use_timestamps)
+    try:
+        yield timer
+    finally:
+        timer.release()
+        bound.release()
+
+
 def measure(
     compiled: Compiled,
     gpu: Gpu,
@@ -136,14 +154,7 @@ def measure(
     """
     if use_timestamps is None:
         use_timestamps = gpu.has_timestamps
-    problem = compiled.shader.problem
-    A, B = (
-        operands if operands is not None else random_operands(problem, np.random.default_rng(seed))
-    )
-    C = np.zeros(problem.matrix_shapes()["C"], dtype=problem.numpy_dtype)
-    bound = Bound.make(compiled, gpu, input_arrays(A, B) | {"C": C})
-    timer = _PassTimer(bound, gpu, use_timestamps)
-    try:
+    with _timer(compiled, gpu, operands, seed, use_timestamps) as timer:
         # Warm up (first-use costs) and size the pass from one dispatch, then once more
         # from a pass of that size, since a single dispatch is dominated by overhead.
         timer.run(1)
@@ -175,9 +186,6 @@ def measure(
             stamp, wall = timer.run(repeats)
             walls.append(wall / repeats)
             samples.append((stamp if stamp is not None else wall) / repeats)
-    finally:
-        timer.release()
-        bound.release()
     return Measurement(
         median_s=statistics.median(samples),
         p20_s=_quantile(samples, 0.2),
@@ -200,42 +208,54 @@ def time_back_to_back(
     gpu: Gpu,
     *,
     operands: tuple[np.ndarray, np.ndarray] | None = None,
-    warm_s: float = 0.3,
+    clocks_up_s: float = 0.3,
     rounds: int = 2,
     drop_slower: float | None = None,
     **settings,
 ) -> list[Measurement | None]:
     """Each of `kernels` (compiled and verified beforehand) timed with the GPU kept busy:
-    the first run until the clocks are up (warm_up, at least `warm_s`), then `rounds`
-    rounds in alternating order; each kernel's time is its faster round.
+    the first run until the clocks are up (warm_up, at least `clocks_up_s`), then
+    `rounds` rounds in alternating order; each kernel's time is its faster round.
 
     After host-side work (compiling, verifying, a program's start) the H200's clocks are
     down and come back slowly: a kernel timed then can measure several times slower
     than it runs, and a choice among such timings is noise. With `drop_slower`, a kernel
-    whose one dispatch in the first round is that many times the fastest so far is not
-    timed again (None). Give `operands`: drawing them for each kernel (a quantized
-    weight's are packed on the host) idles the GPU in between. `settings` are measure()'s.
+    whose one dispatch in the first round is that many times the fastest so far (and
+    over DROP_FLOOR_S) is not timed at all (None). Give `operands`: drawing them for
+    each kernel (a quantized weight's are packed on the host) idles the GPU in between.
+    `settings` are measure()'s.
     """
     if not kernels:
         return []
-    warm_up(kernels[0], gpu, operands=operands, min_s=warm_s)
+    warm_up(kernels[0], gpu, operands=operands, min_s=clocks_up_s)
     fastest: list[Measurement | None] = [None] * len(kernels)
-    dropped: set[int] = set()
-    order = list(range(len(kernels)))
     for round_number in range(rounds):
-        for i in order if round_number % 2 == 0 else order[::-1]:
-            if i in dropped:
-                continue
-            best = min((m.median_s for m in fastest if m is not None), default=None)
-            limit = drop_slower * best if drop_slower and best and round_number == 0 else None
-            try:  # a kernel once timed is never dropped: one dispatch may be a slow one
+        order = range(len(kernels)) if round_number % 2 == 0 else reversed(range(len(kernels)))
+        for i in order:
+            if round_number and fastest[i] is None:
+                continue  # dropped in the first round
+            # a kernel once timed is never dropped: one dispatch may be a slow one
+            limit = _drop_limit(fastest, drop_slower) if round_number == 0 else None
+            try:
                 m = measure(kernels[i], gpu, operands=operands, max_dispatch_s=limit, **settings)
             except TooSlow:
-                dropped.add(i)
                 continue
             if fastest[i] is None or m.median_s < fastest[i].median_s:
                 fastest[i] = m
     return fastest
+
+
+DROP_FLOOR_S = 1e-3  # one dispatch under this is timed whatever the others ran at
+
+
+def _drop_limit(fastest: list[Measurement | None], drop_slower: float | None) -> float | None:
+    """The longest one dispatch may take before it is dropped: `drop_slower` times the
+    fastest kernel's time so far, never under DROP_FLOOR_S (one dispatch of a fast
+    kernel is mostly submission overhead, above all by the wall clock); None: no limit."""
+    times = [m.median_s for m in fastest if m is not None]
+    if drop_slower is None or not times:
+        return None
+    return max(drop_slower * min(times), DROP_FLOOR_S)
 
 
 def warm_up(
@@ -244,33 +264,26 @@ def warm_up(
     *,
     operands: tuple[np.ndarray, np.ndarray] | None = None,
     min_s: float = 0.3,
-    max_s: float = 1.0,
+    max_s: float = 1.5,
     window_s: float = 0.1,
 ) -> float:
-    """Keep the GPU busy with `kernel` for at least `min_s`, then until a window of
-    `window_s` is no faster than the one before (2% slack), at most `max_s`; returns the
-    seconds spent. A window's speed is its fastest pass: a ramp of the clocks that
-    outlasts a few passes shows as one window faster than the last."""
-    problem = kernel.shader.problem
-    A, B = operands if operands is not None else random_operands(problem, np.random.default_rng(0))
-    C = np.zeros(problem.matrix_shapes()["C"], dtype=problem.numpy_dtype)
-    bound = Bound.make(kernel, gpu, input_arrays(A, B) | {"C": C})
-    timer = _PassTimer(bound, gpu, gpu.has_timestamps)
-    try:
+    """Keep the GPU busy with `kernel` for at least `min_s`, then until two windows of
+    `window_s` in a row are no faster than the fastest before them (2% slack), at most
+    `max_s`; returns the seconds spent. A window's speed is its fastest pass. After 3 s
+    idle the H200 ran one kernel at 5.3x its time for 0.12 s, 4.5x until 0.32 s, then
+    at full speed: a plateau of two windows, which a single steady window mistakes for
+    the top, two in a row do not."""
+    with _timer(kernel, gpu, operands, 0, gpu.has_timestamps) as timer:
         stamp, wall = timer.run(1)
         repeats = _repeats_for(stamp or wall, 0.01)
-        busy, previous = wall, math.inf
-        while busy < max_s:
+        busy, fastest, steady = wall, math.inf, 0
+        while busy < max_s and (busy < min_s or steady < 2):
             window_best, window_busy = math.inf, 0.0
             while window_busy < window_s:
                 stamp, wall = timer.run(repeats)
                 window_busy += wall
                 window_best = min(window_best, (stamp or wall) / repeats)
             busy += window_busy
-            if busy >= min_s and window_best >= 0.98 * previous:
-                break
-            previous = min(previous, window_best)
-    finally:
-        timer.release()
-        bound.release()
+            steady = steady + 1 if window_best >= 0.98 * fastest else 0
+            fastest = min(fastest, window_best)
     return busy

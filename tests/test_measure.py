@@ -8,7 +8,7 @@ import wgpu
 
 from autotune.compile import compile_shader
 from autotune.encode import uniform_bytes
-from autotune.measure import TooSlow, measure, time_back_to_back, warm_up
+from autotune.measure import DROP_FLOOR_S, TooSlow, measure, time_back_to_back, warm_up
 from autotune.problem import Problem
 from autotune.render import render
 from autotune.space import Config, load_space
@@ -49,9 +49,15 @@ def test_too_slow_candidate_is_cut_short(gpu, known_kernel):
 
 
 def test_warm_up_keeps_the_gpu_busy_at_least_its_minimum_and_at_most_its_cap(gpu, known_kernel):
+    started = time.perf_counter()
     busy = warm_up(known_kernel, gpu, min_s=0.15, max_s=0.4, window_s=0.05)
+    elapsed = time.perf_counter() - started
     # the cap is checked after each window: at most one window (and a pass) beyond it
-    assert 0.15 <= busy <= 0.4 + 0.05 + 0.05
+    assert 0.15 <= busy <= 0.4 + 0.05 + 0.05 and elapsed >= busy
+    started = time.perf_counter()
+    capped = warm_up(known_kernel, gpu, min_s=5.0, max_s=0.2, window_s=0.05)
+    assert 0.2 <= capped <= 0.2 + 0.05 + 0.05
+    assert capped <= time.perf_counter() - started < 1.0  # the cap, not the minimum
 
 
 def test_back_to_back_timing_drops_a_kernel_far_slower_than_the_fastest(gpu, faulty_templates):
@@ -62,10 +68,12 @@ def test_back_to_back_timing_drops_a_kernel_far_slower_than_the_fastest(gpu, fau
         compile_shader(render(Config.make("faulty", {"MODE": mode}), problem), gpu)
         for mode in (0, 4)
     )
-    both = time_back_to_back([fast, slow], gpu, warm_s=0.05, min_pass_s=0.002, passes=3)
+    both = time_back_to_back([fast, slow], gpu, clocks_up_s=0.05, min_pass_s=0.002, passes=3)
     assert both[1].median_s > 10 * both[0].median_s
-    kept = time_back_to_back([fast, slow], gpu, warm_s=0.05, drop_slower=4, passes=3)
+    kept = time_back_to_back([fast, slow], gpu, clocks_up_s=0.05, drop_slower=4, passes=3)
     assert kept[0] is not None and kept[1] is None
+    # what dropped it is the ratio: one dispatch under the floor would have been timed
+    assert both[1].median_s > DROP_FLOOR_S
 
 
 def _own_clock(compiled, gpu, samples: int) -> list[float]:
