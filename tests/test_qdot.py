@@ -84,13 +84,15 @@ SHAPES = [  # M, N, K, weights, dtype, epilogue, batch: edges everywhere, K past
 ]
 
 
-DECODE_SHAPES = [  # qdotv's: M <= 16
+DECODE_SHAPES = [  # qdotv's: M <= 32
     (1, 64, 4096, "q8", "f32", "none", 2),
     (3, 50, 100, "q8", "f32", "bias", 1),
     (7, 70, 200, "q4g32z", "f32", "bias,gelu", 1),
     (16, 72, 300, "q4g128", "f32", "alpha,beta", 1),
     (9, 40, 96, "q4g32", "f16", "relu", 1),
     (5, 37, 595, "q4g32z", "f32", "none", 1),  # three words of zero points a row
+    (32, 45, 640, "q4g128", "f32", "bias", 1),
+    (23, 40, 256, "q8", "f16", "none", 1),
 ]
 
 

@@ -206,10 +206,25 @@ SIXTEEN_ROWS_FOUR_COLUMNS = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("template", "problem", "params"), SIXTEEN_ROWS_FOUR_COLUMNS, ids=str)
-def test_sixteen_rows_by_four_columns_verify(gpu, template, problem, params):
+# Beyond 16 rows (the decode families serve up to 32): two columns at 32 rows, odd row
+# counts, zero points, f16, a batch with an epilogue.
+BEYOND_SIXTEEN_ROWS = [
+    ("qgemv", Problem(32, 45, 640, "f32", "nt", weights="q4g32z"), PARAMS | {"NC": 2}),
+    ("qgemv", Problem(25, 40, 1024, "f16", "nt", 2, True, "bias,gelu", weights="q4g128"),
+     PARAMS | {"WG": 128, "TK": 32, "U": 2}),
+    ("qgemv", Problem(17, 33, 255, "f32", "nt", weights="q8"), PARAMS | {"NC": 2, "AV": 1}),
+    ("qdotv", Problem(32, 37, 4096, "f32", "nt", weights="q4g128", activations="q8"),
+     dict(SG=0, WG=128, TK=64, NC=2, U=4, QWG=256, QS=4, AV=4)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("template", "problem", "params"), SIXTEEN_ROWS_FOUR_COLUMNS + BEYOND_SIXTEEN_ROWS, ids=str
+)
+def test_the_decode_families_widest_configs_verify(gpu, template, problem, params):
     """The decode families' 64 accumulators per invocation (16 rows x 4 columns, in the
-    spaces since their 16-row tunes all took the 32 allowed before), at ragged N."""
+    spaces since their 16-row tunes all took the 32 allowed before; 32 rows x 2), and
+    row counts beyond 16, at ragged N."""
     from autotune.compile import compile_shader
     from autotune.render import render
     from autotune.space import load_space
