@@ -311,7 +311,7 @@ def test_the_browser_check_catches_broken_bundles(gpu, tmp_path):
 # activations over 4-bit weights in both int8 families (qdot: a group spanning K steps;
 # qdotv's quantize pass also split across workgroups, QS = 4); the decode families'
 # partial sums reduced by subgroupAdd (SG = 1), A read as vectors by the quantize pass
-# (AV = 4); qgemm past one tile of rows (ragged M, N
+# (AV = 4); both decode families past 16 rows; qgemm past one tile of rows (ragged M, N
 # and K). Tiny shapes: one Chromium launch runs them all.
 QUANTIZED_CASES = {  # dequantized in registers (qgemv, qgemm), int8 activations (qdot, qdotv)
     "q4g32z": (Problem(3, 37, 100, "f32", "nt", weights="q4g32z"), dict(NC=1, AV=4)),
@@ -343,6 +343,11 @@ QUANTIZED_CASES = {  # dequantized in registers (qgemv, qgemm), int8 activations
     "q4g64_in_place_subgroups": (
         Problem(3, 30, 512, "f32", "nt", weights="q4g64"),
         dict(SG=1, TK=32, WG=128, NC=2, AV=4, U=2, DQ=1),
+    ),
+    "q4g32_24_rows": (Problem(24, 37, 128, "f32", "nt", weights="q4g32"), dict(NC=2, AV=4)),
+    "q4g128_a8_32_rows": (
+        Problem(32, 30, 256, "f32", "nt", weights="q4g128", activations="q8"),
+        dict(template="qdotv", NC=1, QWG=64),
     ),
     "q8_a8": (
         Problem(20, 41, 70, "f32", "nt", weights="q8", activations="q8"),
