@@ -4,8 +4,8 @@ Order: an entry for this exact problem in the user's cache, then in the shipped 
 (tuned there, or estimated by an earlier lookup); else the configs this device's cache
 measured at other shapes and each family's known-good configs, ranked by predicted time
 at this shape (autotune.predict), the best few verified here and timed back to back
-(a few seconds), the fastest kept in the user's cache marked `estimated`, so the next call is
-instant; a sound default config last. Every config not tuned for this exact problem is
+(a few seconds), the fastest kept in the user's cache marked `estimated`, so the next
+call is instant; a sound default config last. Every config not tuned for this exact problem is
 verified at it before it is handed out.
 """
 
@@ -171,8 +171,9 @@ def _timed(shortlisted, problem, checks, gpu, reference, budget_s) -> list[tuple
 
 
 def _estimate(problem, checks, stores, gpu, limits, reference, portable, budget_s):
-    """The ranked configs' best at `problem`: the shortlist verified and timed in about
-    `budget_s`, the fastest cached (a budget of 0: the first that verifies, untimed)."""
+    """The ranked configs' best at `problem`: the shortlist verified (in about half of
+    `budget_s`) and timed, the fastest cached (a budget of 0: the first that verifies,
+    untimed)."""
     started = time.monotonic()
     ranked = _ranked(problem, checks, stores, gpu, limits)
     if budget_s <= 0:
