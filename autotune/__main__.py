@@ -668,16 +668,19 @@ def _lookup(args, problems, console: Console) -> int:
     from .lookup import lookup
 
     problem = problems[0]
+    gpu = _adapter(args)
+    started = time.perf_counter()
     try:
         kernel = lookup(
             **problem.arguments,
             checks=args.checks == "on",
             cache_dir=args.cache,
             estimate=args.estimate,
-            gpu=_adapter(args),
+            gpu=gpu,
         )
     except ProblemError as error:
         raise UsageError(f"argument {_option(error.field)}: {error}") from None
+    lookup_s = time.perf_counter() - started  # an estimate made now takes seconds
     entry = kernel.entry
     info = {
         "shape": problem.shape,
@@ -692,6 +695,7 @@ def _lookup(args, problems, console: Console) -> int:
         "estimated": bool(entry and entry.estimated),  # chosen at this shape, not searched
         "median_s": entry.median_s if entry else None,
         "gflops": entry.gflops if entry else None,
+        "lookup_s": round(lookup_s, 3),
     }
     # with --wgsl the WGSL alone goes to stdout (`> kernel.wgsl` compiles), the rest to stderr
     out = sys.stderr if args.wgsl else sys.stdout

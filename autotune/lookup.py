@@ -195,6 +195,12 @@ def _estimate(problem, checks, stores, gpu, limits, reference, portable, budget_
             stores[0].put(entry)
         except (OSError, cache.CacheError) as error:  # served all the same, chosen again
             cache.warn_once(f"{stores[0].path}: estimated kernel not kept: {error}")
+    else:  # the next call estimates again: say how to keep them
+        cache.warn_once(
+            f"{stores[0].folder}: the checkout's shipped cache keeps tuned entries only, "
+            f"so estimated kernels are not kept; set ${cache.CACHE_ENV} (or cache_dir) "
+            "to a folder of your own to keep them"
+        )
     kernel.entry = entry
     return kernel
 

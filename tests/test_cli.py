@@ -145,6 +145,9 @@ def test_tune_model_tunes_representatives_and_lookup_serves_the_rest(gpu, tmp_pa
     assert main(["lookup", "--shape", "32x24x16", "--cache", str(cache), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["source"] == "estimated" and info["tuned_for"] == "32x24x16"
+    assert main(["lookup", "--shape", "32x24x16", "--cache", str(cache), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)  # served again, not estimated again
+    assert again["config"] == info["config"] and again["lookup_s"] < info["lookup_s"] / 4
     assert main([*argv, "--radius", "0"]) == 0  # every problem its own
     assert "4 of 4 problems to tune" in capsys.readouterr().out
     entries = json.loads(path.read_text())["entries"].values()
