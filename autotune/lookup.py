@@ -5,8 +5,8 @@ Order: an entry for this exact problem in the user's cache, then in the shipped 
 measured at other shapes and each family's known-good configs, ranked by predicted time
 at this shape (autotune.predict), the best few verified here and timed back to back
 (a few seconds), the fastest kept in the user's cache marked `estimated`, so the next
-call is instant; a sound default config last. Every config not tuned for this exact problem is
-verified at it before it is handed out.
+call is instant; a sound default config last. Every config not tuned for this exact
+problem is verified at it before it is handed out.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ pass lasts at least `min_pass_s`; the pass is bracketed by timestamp writes and 
 `passes` times; the result is the median (and 20th/80th percentiles) of pass time / R.
 Each pass is also timed by the wall clock (submit to completion) as a cross-check.
 Without timestamps the wall clock is the measurement, and `method` says so.
+`time_back_to_back` times several kernels that way with the GPU kept busy, its clocks up first.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .kernel import Bound, input_arrays
 from .verify import random_operands
 
 MAX_REPEATS = 4096
+DROP_FLOOR_S = 1e-3  # back to back: one dispatch under this is timed whatever the others took
 METHODS = ("timestamp", "wall")  # GPU timestamp queries, or the host's clock without them
 
 
@@ -243,9 +245,6 @@ def time_back_to_back(
             if fastest[i] is None or m.median_s < fastest[i].median_s:
                 fastest[i] = m
     return fastest
-
-
-DROP_FLOOR_S = 1e-3  # one dispatch under this is timed whatever the others ran at
 
 
 def _drop_limit(fastest: list[Measurement | None], drop_slower: float | None) -> float | None:
