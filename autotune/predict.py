@@ -98,13 +98,14 @@ def fill(plan: Plan, units: int) -> float:
 
 
 def tile_use(config: Config, problem: Problem) -> float:
-    """The share of the tiles' arithmetic that lands inside C (a tile taller or wider
-    than what is left of C computes zeros)."""
-    params = config.as_dict()
-    if "BM" not in params or "BN" not in params:
-        return 1.0
-    BM, BN, M, N = params["BM"], params["BN"], problem.M, problem.N
-    return M * N / (math.ceil(M / BM) * BM * math.ceil(N / BN) * BN)
+    """The share of the tiles' arithmetic that lands inside C: a tile taller or wider
+    than what is left of C computes zeros (a 16-row tile at 3 rows uses 3/16). The tile
+    is what the space declares (`tile_rows`, `tile_cols`); a space that declares none
+    (a user's template) is counted as wasting nothing."""
+    values = load_space(config.template).context(config, problem)
+    rows, cols = values.get("tile_rows", 1), values.get("tile_cols", 1)
+    M, N = problem.M, problem.N
+    return M * N / (math.ceil(M / rows) * rows * math.ceil(N / cols) * cols)
 
 
 def thread_intensity(config: Config) -> float:

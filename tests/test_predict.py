@@ -272,3 +272,41 @@ def test_the_shipped_cache_holds_tuned_entries_only(gpu, monkeypatch):
         assert not [k for k, v in entries.items() if v.get("estimated")], path.name
         # no entry chosen for one caller's device of lower limits
         assert {cache.Key.parse(k).space for k in entries} <= {"device", "portable"}
+
+
+@pytest.mark.parametrize("template", ["tiled", "naive", "gemv", "blocked"])
+def test_tile_use_counts_the_rows_a_workgroup_computes_past_c(template):
+    """Each family's tile as its space declares it: the tutorial kernel's 16-row tile at
+    3 rows computes 13 rows of zeros; the decode family's strip holds every row."""
+    problem = Problem(3, 700, 900)
+    (config, *_) = load_space(template).seed_configs(problem)
+    values = load_space(template).context(config, problem)
+    rows, cols = values["tile_rows"], values["tile_cols"]
+    expected = 3 * 700 / (-(-3 // rows) * rows * -(-700 // cols) * cols)
+    assert predict.tile_use(config, problem) == pytest.approx(expected)
+    assert (template == "gemv") == (rows == 3)
+
+
+@pytest.mark.parametrize("M", [1, 2, 3, 5, 8, 16])
+@pytest.mark.parametrize("N, K", [(700, 900), (4096, 4096)])
+def test_without_entries_few_rows_never_rank_a_tutorial_kernel_first(M, N, K):
+    """A device with no cache of its own ranks the families' known-good configs alone:
+    the 16 x 16 tutorial tile (one element per invocation, most of each tile past C at
+    few rows) ranked first at every few-row nn shape, 24x slower than gemv on lavapipe
+    at 3 x 700 x 900. One to three rows are the decode family's."""
+    from autotune.data import BUILT_IN
+
+    problem = Problem(M, N, K)
+    seeds = [c for t in BUILT_IN for c in load_space(t).seed_configs(problem)]
+    roof = predict.Roof.of([])
+    first = predict.ranked(problem, [], seeds, predict.DEFAULT_UNITS, roof)[0].config
+    assert first.template not in ("tiled", "naive")
+    assert first.template == "gemv" or M > 3
+
+
+def test_without_entries_lookup_serves_the_decode_family_at_three_rows(gpu, tmp_path):
+    kernel = autotune.lookup(3, 700, 900, cache_dir=tmp_path, gpu=gpu, estimate=False)
+    assert kernel.source == "predicted" and kernel.config.template == "gemv"
+    A = np.random.default_rng(0).random((3, 900), np.float32)
+    B = np.random.default_rng(1).random((900, 700), np.float32)
+    np.testing.assert_allclose(kernel(A, B), A.astype(np.float64) @ B, rtol=1e-4)
