@@ -312,7 +312,8 @@ def test_the_browser_check_catches_broken_bundles(gpu, tmp_path):
 # qdotv's quantize pass also split across workgroups, QS = 4); the decode families'
 # partial sums reduced by subgroupAdd (SG = 1), A read as vectors by the quantize pass
 # (AV = 4); both decode families past 16 rows; qgemm past one tile of rows (ragged M, N
-# and K). Tiny shapes: one Chromium launch runs them all.
+# and K), and split into ranges of K (its q8 row scale applied once, after the sum).
+# Tiny shapes: one Chromium launch runs them all.
 QUANTIZED_CASES = {  # dequantized in registers (qgemv, qgemm), int8 activations (qdot, qdotv)
     "q4g32z": (Problem(3, 37, 100, "f32", "nt", weights="q4g32z"), dict(NC=1, AV=4)),
     "q8": (Problem(2, 41, 70, "f32", "nt", weights="q8"), dict(NC=2, AV=1)),
@@ -360,6 +361,10 @@ QUANTIZED_CASES = {  # dequantized in registers (qgemv, qgemm), int8 activations
     "qgemm_q4g32z": (
         Problem(20, 37, 100, "f32", "nt", weights="q4g32z"),
         dict(template="qgemm", BM=32, BN=32, TM=4, TN=4, BK=16, AV=4, DB=1),
+    ),
+    "qsplitk_q8": (
+        Problem(20, 37, 200, "f32", "nt", weights="q8"),
+        dict(template="qsplitk", BM=32, BN=32, TM=4, TN=4, BK=16, AV=4, DB=1, SPLIT=4, RW=64),
     ),
 }
 
@@ -409,7 +414,8 @@ def test_quantized_manifest_describes_each_binding(gpu, tmp_path):
         if qw.zero_points is not None:
             arrays["zeros"] = ("zero_points", qw.zero_points)
         workspaces = ["xq", "xs"] if problem.activations == "q8" else []
-        assert sorted(buffers) == sorted(["A", "C", "dims", *arrays, *workspaces])
+        split = ["partials"] if config.template == "qsplitk" else []
+        assert sorted(buffers) == sorted(["A", "C", "dims", *arrays, *workspaces, *split])
         assert manifest["activations"] == problem.activations
         assert default_name(Kernel(problem, config, "default", gpu=gpu)).endswith(
             f"_{problem.weights}" + ("_a8" if workspaces else "")

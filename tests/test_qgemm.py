@@ -1,7 +1,7 @@
 """The GEMM family for quantized weights at any M (`qgemm`): the weight dequantized while
 it is staged in workgroup memory, checked against the dequantized weight on odd shapes,
 for every format, f16, the epilogue and a batch sharing one weight; what lookup and
-matmul serve for M > 16."""
+matmul serve past the decode families' rows."""
 
 import numpy as np
 import pytest
@@ -90,7 +90,7 @@ def test_lookup_and_matmul_serve_it_above_decode_sizes(gpu, cache_dir):
     x = rng.standard_normal((40, 200)).astype(np.float32)
     qw = autotune.quantize(W, bits=4, group=32)
     kernel = autotune.lookup(40, 70, 200, layout="nt", weights="q4g32", estimate=False)
-    assert kernel.config.template == "qgemm"
+    assert kernel.config.template in ("qgemm", "qsplitk")  # a tile grid, not a decode kernel
     want = x.astype(np.float64) @ qw.dequantize().T.astype(np.float64)
     scale = np.sqrt((x.astype(np.float64) ** 2) @ (qw.dequantize().T.astype(np.float64) ** 2))
     got = autotune.matmul(x, qw)
