@@ -17,6 +17,10 @@ the parameters and the derived values (the same expression form as constraints):
     name = "partials"
     bytes = "2 * M * N * 4"
 
+A pass or a workspace may say `when = "QS > 0"`: the plan has it only where the expression
+holds (a config that fuses a pass into the next has neither the pass nor its buffers); a
+workspace keeps the binding number of its place in the declarations either way.
+
 A space without [[passes]] has the one-pass plan of the built-in templates: entry point
 `main`, workgroups of (workgroup_size_x, workgroup_size_y, 1), a grid of (grid_x, grid_y,
 grid_z or 1), all derived in the space.
@@ -172,12 +176,15 @@ def operand_bindings(problem: Problem) -> tuple[Binding, ...]:
 def make_plan(
     problem: Problem,
     passes: list[tuple[str, tuple[int, ...], tuple[int, ...]]],
-    workspaces: list[tuple[str, int]],
+    workspaces: list[tuple[int, str, int]],
     workgroup_storage: int,
     vector_width: int,
 ) -> Plan:
-    """A plan from evaluated declarations, each value checked: positive sizes and grids,
-    whole workspaces (see search spaces' [[passes]] and [[workspaces]])."""
+    """A plan from evaluated declarations, each value checked: at least one pass,
+    positive sizes and grids, whole workspaces, each (place declared, name, bytes) (see
+    search spaces' [[passes]] and [[workspaces]])."""
+    if not passes:
+        raise PlanError("the plan has no pass: every pass's `when` is false here")
     steps = []
     for entry_point, size, grid in passes:
         for what, values in (("workgroup_size", size), ("grid", grid)):
@@ -185,7 +192,7 @@ def make_plan(
                 raise PlanError(f"pass {entry_point}: {what} must be 3 integers >= 1: {values}")
         steps.append(Pass(entry_point, tuple(size), tuple(grid)))
     bindings = list(operand_bindings(problem))
-    for index, (name, size) in enumerate(workspaces):
+    for index, name, size in workspaces:
         if type(size) is not int or size < 4 or size % 4:
             raise PlanError(f"workspace {name}: bytes must be a positive multiple of 4: {size}")
         bindings.append(Binding(FIRST_WORKSPACE_BINDING + index, name, "storage", size, True))

@@ -182,11 +182,37 @@ class _Rule:
 
 @dataclass(frozen=True)
 class _PassRule:
-    """One declared pass: its entry point, and expressions of its workgroup size and grid."""
+    """One declared pass: its entry point, and expressions of its workgroup size and grid
+    (and of when it runs: None, always)."""
 
     entry_point: str
     workgroup_size: tuple[_Rule, _Rule, _Rule]
     grid: tuple[_Rule, _Rule, _Rule]
+    when: _Rule | None = None
+
+
+@dataclass(frozen=True)
+class _WorkspaceRule:
+    """One declared workspace: its size in bytes (the rule's name is the workspace's),
+    and when the kernel has it (None, always). Its binding number is its place in the
+    declarations either way."""
+
+    size: _Rule
+    when: _Rule | None = None
+
+
+def _only_when(rule: _Rule, when: _Rule | None) -> _Rule:
+    """`rule`'s value where `when` holds, else 0 (a pass or workspace the plan leaves
+    out needs nothing of a limit)."""
+    if when is None:
+        return rule
+    value, holds = rule.function, when.function
+    return _Rule(
+        rule.name,
+        f"{rule.text} (where {when.text})",
+        lambda env: value(env) if holds(env) else 0,
+        rule.reads | when.reads,
+    )
 
 
 @dataclass
@@ -201,7 +227,7 @@ class Space:
     seeds: list[dict[str, int]] = field(default_factory=list)
     variants: bool = False  # computes variant problems too (f16, layouts, batch, epilogue)
     passes: list[_PassRule] = field(default_factory=list)
-    workspaces: list[_Rule] = field(default_factory=list)  # name, bytes
+    workspaces: list[_WorkspaceRule] = field(default_factory=list)
     version: int = 1  # raised when what a config means changes without its WGSL changing
     weights: bool = False  # computes problems with quantized weights (and only those)
 
@@ -308,26 +334,32 @@ class Space:
             text = ", ".join(dict.fromkeys(r.text for r in rules))
             quantities[limit] = (lambda env: combine(f(env) for f in functions), reads, text)
 
-        sizes = [p.workgroup_size for p in self.passes]
-        invocations = [
-            _Rule("invocations", " * ".join(r.text for r in size), _product(size), _reads(size))
-            for size in sizes
-        ]
+        passes = self.passes
+        invocations = []
+        for p in passes:
+            size = p.workgroup_size
+            text = " * ".join(r.text for r in size)
+            rule = _Rule("invocations", text, _product(size), _reads(size))
+            invocations.append(_only_when(rule, p.when))
         most("max-compute-invocations-per-workgroup", invocations)
         for axis, letter in enumerate("xyz"):
-            most(f"max-compute-workgroup-size-{letter}", [size[axis] for size in sizes])
+            sizes = [_only_when(p.workgroup_size[axis], p.when) for p in passes]
+            most(f"max-compute-workgroup-size-{letter}", sizes)
         if any(d.name == "workgroup_storage" for d in self.derived):
             storage = _rule("workgroup_storage", "workgroup_storage")
             most("max-compute-workgroup-storage-size", [storage])
-        most("max-compute-workgroups-per-dimension", [r for p in self.passes for r in p.grid])
+        grids = [_only_when(r, p.when) for p in passes for r in p.grid]
+        most("max-compute-workgroups-per-dimension", grids)
         if self.workspaces:
-            most("max-storage-buffer-binding-size", self.workspaces)
-            most("max-buffer-size", self.workspaces)
+            sizes = [_only_when(w.size, w.when) for w in self.workspaces]
+            most("max-storage-buffer-binding-size", sizes)
+            most("max-buffer-size", sizes)
         return quantities
 
     def plan(self, config: Config, problem: Problem) -> Plan:
         """The launch plan of `config` at `problem` (the config must be valid here)."""
         env = self.context(config, problem)
+        runs = lambda rule: rule is None or bool(rule.function(env))  # noqa: E731
         passes = [
             (
                 p.entry_point,
@@ -335,8 +367,13 @@ class Space:
                 tuple(r.function(env) for r in p.grid),
             )
             for p in self.passes
+            if runs(p.when)
         ]
-        workspaces = [(w.name, w.function(env)) for w in self.workspaces]
+        workspaces = [
+            (index, w.size.name, w.size.function(env))
+            for index, w in enumerate(self.workspaces)
+            if runs(w.when)
+        ]
         storage, vector = env.get("workgroup_storage", 0), env.get("VEC", 1)
         return make_plan(problem, passes, workspaces, storage, vector)
 
@@ -523,8 +560,9 @@ def _plan_rules(data: dict, template: str, derived: set[str]):
         raise SpaceError(f"{where}: [[passes]] must list 1 to {MAX_PASSES} passes")
     passes = []
     for item in declared:
-        if not isinstance(item, dict) or set(item) != {"entry_point", "workgroup_size", "grid"}:
-            raise SpaceError(f"{where}: a pass has entry_point, workgroup_size and grid")
+        keys = {"entry_point", "workgroup_size", "grid"}
+        if not isinstance(item, dict) or not keys <= set(item) <= keys | {"when"}:
+            raise SpaceError(f"{where}: a pass has entry_point, workgroup_size and grid (and when)")
         entry = item["entry_point"]
         if not isinstance(entry, str) or not entry.isidentifier() or not entry.isascii():
             raise SpaceError(f"{where}: entry_point {str(entry)[:40]!r} is not an identifier")
@@ -534,25 +572,38 @@ def _plan_rules(data: dict, template: str, derived: set[str]):
             if not isinstance(texts, list) or len(texts) != 3:
                 raise SpaceError(f"{where}: pass {entry}: {what} must list 3 expressions")
             triples.append(tuple(_rule(f"{entry} {what}", str(t)) for t in texts))
-        passes.append(_PassRule(entry, *triples))
+        passes.append(_PassRule(entry, *triples, _when(item, f"{entry} when", where)))
     workspaces = []
     for item in data.get("workspaces", []):
-        if not isinstance(item, dict) or set(item) != {"name", "bytes"}:
-            raise SpaceError(f"{where}: a workspace has a name and bytes")
+        keys = {"name", "bytes"}
+        if not isinstance(item, dict) or not keys <= set(item) <= keys | {"when"}:
+            raise SpaceError(f"{where}: a workspace has a name and bytes (and when)")
         name = item["name"]
         if not isinstance(name, str) or not name.isidentifier() or not name.isascii():
             raise SpaceError(f"{where}: workspace name {str(name)[:40]!r} is not an identifier")
-        taken = {n for _, n, _ in OPERANDS} | {w.name for w in workspaces}
+        taken = {n for _, n, _ in OPERANDS} | {w.size.name for w in workspaces}
         if name in taken:  # buffers are bound by name: one name, one buffer
             raise SpaceError(f"{where}: workspace name {name!r} is already a buffer's")
-        workspaces.append(_rule(name, str(item["bytes"])))
+        rule = _rule(name, str(item["bytes"]))
+        workspaces.append(_WorkspaceRule(rule, _when(item, f"{name} when", where)))
     if len(workspaces) > MAX_WORKSPACES:
         raise SpaceError(f"{where}: at most {MAX_WORKSPACES} workspaces")
     return passes, workspaces
 
 
-def _plan_expressions(passes: list[_PassRule], workspaces: list[_Rule]) -> list[_Rule]:
-    return [r for p in passes for r in p.workgroup_size + p.grid] + list(workspaces)
+def _when(item: dict, name: str, where: str) -> _Rule | None:
+    """A declaration's `when`: the expression that says where the plan has it."""
+    if "when" not in item:
+        return None
+    if not isinstance(item["when"], str):
+        raise SpaceError(f"{where}: {name} must be an expression in a string")
+    return _rule(name, item["when"])
+
+
+def _plan_expressions(passes: list[_PassRule], workspaces: list[_WorkspaceRule]) -> list[_Rule]:
+    rules = [r for p in passes for r in p.workgroup_size + p.grid]
+    rules += [w.size for w in workspaces] + [w.when for w in workspaces if w.when]
+    return rules + [p.when for p in passes if p.when]
 
 
 def _problem_env(problem: Problem) -> dict[str, int]:

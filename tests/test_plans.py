@@ -12,7 +12,7 @@ from chromium import run_bundles
 import autotune
 from autotune.compile import compile_shader
 from autotune.kernel import Kernel
-from autotune.plan import FIRST_WORKSPACE_BINDING, Plan
+from autotune.plan import FIRST_WORKSPACE_BINDING, Plan, PlanError
 from autotune.problem import Problem
 from autotune.render import render
 from autotune.space import Config, Space, SpaceError, load_space
@@ -95,3 +95,58 @@ def test_workspace_guards_stay_within_the_buffer_limit():
     assert len(guarded_workspace(4096, 4096 + 64)) == 1024 + 16
     assert len(guarded_workspace(4096, 4096)) == 1024
     assert len(guarded_workspace(4096, 2**30)) == 1024 + GUARD
+
+
+def _with_conditional_steps(text: str) -> Space:
+    """halves with a pass and a workspace (declared first) that only ORDER = 1 has; the
+    pass is wider than any device allows."""
+    text = text.replace(
+        "[[workspaces]]",
+        '[[workspaces]]\nname = "scratch"\nbytes = "4"\nwhen = "ORDER == 1"\n\n[[workspaces]]',
+        1,
+    )
+    extra = (
+        '\n[[passes]]\nentry_point = "wide"\nwhen = "ORDER == 1"\n'
+        'workgroup_size = ["WG * 1000", "1", "1"]\ngrid = ["1", "1", "1"]\n'
+    )
+    return Space.from_toml(text + extra, "halves")
+
+
+def test_a_pass_or_workspace_with_when_is_in_the_plan_only_where_it_holds():
+    """A config without the pass and the workspace has neither, needs nothing of a limit
+    for them, and its other workspaces keep their binding numbers."""
+    space = _with_conditional_steps((TWOPASS / "halves.toml").read_text())
+    limits = {"max-compute-invocations-per-workgroup": 256}
+    without = Config.make("halves", {"WG": 64, "ORDER": 0})
+    plan = space.plan(without, PROBLEM)
+    assert [p.entry_point for p in plan.passes] == ["partial", "reduce"]
+    assert [(w.number, w.name) for w in plan.workspaces] == [
+        (FIRST_WORKSPACE_BINDING + 1, "partials")
+    ]
+    assert space.why_invalid(without, PROBLEM, limits) is None
+    holds = Config.make("halves", {"WG": 64, "ORDER": 1})
+    plan = space.plan(holds, PROBLEM)
+    assert [p.entry_point for p in plan.passes] == ["partial", "reduce", "wide"]
+    assert [w.name for w in plan.workspaces] == ["scratch", "partials"]
+    assert "limit max-compute-invocations-per-workgroup" in space.why_invalid(
+        holds, PROBLEM, limits
+    )
+
+
+def test_a_when_is_an_expression_of_known_names_and_a_plan_keeps_a_pass():
+    text = (TWOPASS / "halves.toml").read_text()
+    with pytest.raises(SpaceError, match="reads"):
+        Space.from_toml(
+            text.replace('entry_point = "reduce"', 'entry_point = "reduce"\nwhen = "NOPE"'),
+            "halves",
+        )
+    with pytest.raises(SpaceError, match="expression in a string"):
+        Space.from_toml(
+            text.replace('entry_point = "reduce"', 'entry_point = "reduce"\nwhen = 1'), "halves"
+        )
+    never = text.replace(
+        'grid = ["cdiv(elements, WG)", "', 'when = "ORDER == 2"\ngrid = ["cdiv(elements, WG)", "'
+    )
+    space = Space.from_toml(never, "halves")
+    with pytest.raises(PlanError, match="no pass"):
+        space.plan(Config.make("halves", {"WG": 64, "ORDER": 0}), PROBLEM)
