@@ -309,7 +309,8 @@ def test_the_browser_check_catches_broken_bundles(gpu, tmp_path):
 # count of f16 scales; every 4-bit group size with and without zero points; the 4-bit codes
 # masked in place (DQ = 1), with and without zero points and 16-byte loads; int8
 # activations over 4-bit weights in both int8 families (qdot: a group spanning K steps;
-# qdotv's quantize pass also split across workgroups, QS = 4); the decode families'
+# qdotv's quantize pass also split across workgroups, QS = 4, or done by each workgroup
+# of its one pass, QS = 0); the decode families'
 # partial sums reduced by subgroupAdd (SG = 1), A read as vectors by the quantize pass
 # (AV = 4); both decode families past 16 rows; qgemm past one tile of rows (ragged M, N
 # and K), and split into ranges of K (its q8 row scale applied once, after the sum).
@@ -336,6 +337,10 @@ QUANTIZED_CASES = {  # dequantized in registers (qgemv, qgemm), int8 activations
     "q4g128_a8_split": (
         Problem(2, 37, 1024, "f32", "nt", weights="q4g128", activations="q8"),
         dict(template="qdotv", NC=2, QWG=64, QS=4),
+    ),
+    "q4g128_a8_one_pass": (
+        Problem(3, 37, 1024, "f32", "nt", weights="q4g128", activations="q8"),
+        dict(template="qdotv", NC=2, QWG=64, QS=0, AV=4),
     ),
     "q4g128_a8_subgroups": (
         Problem(1, 37, 1024, "f32", "nt", weights="q4g128", activations="q8"),
@@ -413,14 +418,16 @@ def test_quantized_manifest_describes_each_binding(gpu, tmp_path):
         arrays = {"B": ("data", qw.data), "scales": ("scales", qw.scales)}
         if qw.zero_points is not None:
             arrays["zeros"] = ("zero_points", qw.zero_points)
-        workspaces = ["xq", "xs"] if problem.activations == "q8" else []
+        quantized_first = problem.activations == "q8"
+        two_passes = quantized_first and config.as_dict().get("QS") != 0
+        workspaces = ["xq", "xs"] if two_passes else []
         split = ["partials"] if config.template == "qsplitk" else []
         assert sorted(buffers) == sorted(["A", "C", "dims", *arrays, *workspaces, *split])
         assert manifest["activations"] == problem.activations
         assert default_name(Kernel(problem, config, "default", gpu=gpu)).endswith(
-            f"_{problem.weights}" + ("_a8" if workspaces else "")
+            f"_{problem.weights}" + ("_a8" if quantized_first else "")
         )
-        assert ("A's rows are quantized first" in manifest["computes"]) == bool(workspaces)
+        assert ("A's rows are quantized first" in manifest["computes"]) == quantized_first
         assert [buffers[n]["binding"] for n in ("B", "scales")] == [1, 9]
         for binding, (role, array) in arrays.items():
             entry = buffers[binding]

@@ -10,6 +10,7 @@ import pytest
 import autotune
 from autotune.compile import compile_shader
 from autotune.device import get_gpu
+from autotune.kernel import Kernel
 from autotune.key import Key
 from autotune.problem import Problem, ProblemError
 from autotune.quantize import quantize_activations
@@ -129,8 +130,8 @@ def _faulty(source: str, old: str, new: str) -> str:
         ("qdotv", "q4g32", "- z * xsum", "- 0 * xsum"),  # the zero point's share kept
         ("qdotv", "q4g32", "(xe{{ j }}_{{ m }}, lo)", "(xo{{ j }}_{{ m }}, lo)"),  # x' order
         # every batch item with item 0's scales
-        ("qdotv", "q8", "f32(sum) * xs[z * M + i]", "f32(sum) * xs[i]"),
-        ("qdotv", "q8", "f32(sum) * xs[z * M + i]", "f32(sum) * xs[z * M]"),  # row 0's
+        ("qdotv", "q8", '"xs[z * M + i]" if QS', '"xs[i]" if QS'),
+        ("qdotv", "q8", '"xs[z * M + i]" if QS', '"xs[z * M]" if QS'),  # row 0's
     ] + [("qdot", *case) for case in [
         ("q8", "let e = frexp(", "let e = 1 + frexp("),  # the activations' scale off by 2
         ("q8", "put(z, row0", "put(0u, row0"),  # every batch item reads item 0's scales
@@ -255,10 +256,18 @@ def _refused(tmp_path, monkeypatch, template, fault, weights, K, params=None) ->
     old, new = fault
 
     folder = data_path("templates")
-    include = '{% include "_quantize_activations.wgsl.j2" %}'  # inlined: its text is edited too
-    text = (folder / f"{template}.wgsl.j2").read_text()
-    text = text.replace(include, (folder / "_quantize_activations.wgsl.j2").read_text())
-    (tmp_path / "qdotbad.wgsl.j2").write_text(_faulty(text, old, new))
+    # the fault is in the template or in the quantization it includes: both copied, the
+    # copy including the copy
+    include, copy = "_quantize_activations.wgsl.j2", "_quantize_bad.wgsl.j2"
+    own = (folder / f"{template}.wgsl.j2").read_text().replace(include, copy)
+    included = (folder / include).read_text()
+    assert (own + included).count(old) == 1, old
+    if old in own:
+        own = _faulty(own, old, new)
+    else:
+        included = _faulty(included, old, new)
+    (tmp_path / "qdotbad.wgsl.j2").write_text(own)
+    (tmp_path / copy).write_text(included)
     space = (data_path("search_spaces") / f"{template}.toml").read_text()
     (tmp_path / "qdotbad.toml").write_text(space)
     monkeypatch.setenv("AUTOTUNE_TEMPLATE_PATH", str(tmp_path))
@@ -290,3 +299,75 @@ def test_matmul_with_int8_activations_matches_numpy():
     with pytest.raises(ProblemError) as error:
         autotune.matmul(x, W, trans_b=True, activations="q8")
     assert error.value.field == "activations"
+
+
+ONE_PASS = dict(SG=0, WG=64, TK=8, NC=2, U=1, QWG=64, QS=0)  # qdotv's; AV to add
+
+
+@pytest.mark.parametrize(
+    "problem, AV",
+    [
+        (Problem(1, 37, 4096, "f32", "nt", weights="q4g128", activations="q8"), 4),
+        (Problem(3, 45, 1990, "f32", "nt", weights="q8", activations="q8"), 1),  # scalar A
+        (Problem(5, 40, 2052, "f32", "nt", weights="q4g32z", activations="q8"), 4),  # K padded
+        (Problem(2, 40, 1100, "f16", "nt", 3, True, "bias,relu", weights="q4g64",
+                 activations="q8"), 4),  # a batch: each item's rows in its own workgroups
+        (Problem(16, 36, 300, "f32", "nt", weights="q8", activations="q8"), 1),
+    ],
+    ids=str,
+)  # fmt: skip
+def test_one_pass_quantizing_in_each_workgroup_verifies(problem, AV):
+    """QS = 0: no quantize pass and no workspaces; each workgroup quantizes the rows it
+    reads into workgroup memory, then multiplies."""
+    gpu = get_gpu()
+    if problem.dtype == "f16" and "shader-f16" not in gpu.features:
+        pytest.skip("the adapter has no shader-f16")
+    config = Config.make("qdotv", ONE_PASS | {"AV": AV})
+    assert load_space("qdotv").why_invalid(config, problem, gpu.limits) is None
+    shader = render(config, problem)
+    assert [p.entry_point for p in shader.plan.passes] == ["gemv"] and not shader.plan.workspaces
+    verdict = verify(
+        compile_shader(shader, gpu, checks=True), gpu, reference=Reference(problem, seed=2)
+    )
+    assert verdict.ok, verdict.reason
+
+
+def test_one_pass_computes_the_same_bits_as_two():
+    """The codes and scales each workgroup makes are the quantize pass's: C is the same
+    to the bit, at a batch of two with rows of different magnitudes."""
+    gpu = get_gpu()
+    problem = Problem(3, 45, 1024, "f32", "nt", 2, True, weights="q4g128", activations="q8")
+    rng = np.random.default_rng(5)
+    scales = np.array([1, 30, 1e-3], np.float32)[:, None]  # rows of different magnitudes
+    x = rng.standard_normal((2, 3, 1024)).astype(np.float32) * scales
+    W = rng.standard_normal((45, 1024)).astype(np.float32)
+    qw = autotune.quantize(W, bits=4, group=128)
+    one, two = ({**ONE_PASS, "AV": 4, "QS": qs} for qs in (0, 1))
+    kernels = [Kernel(problem, Config.make("qdotv", p), "default", gpu=gpu) for p in (one, two)]
+    got = [kernel(x, qw) for kernel in kernels]
+    assert np.array_equal(got[0], got[1]) and np.isfinite(got[0]).all()
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("xs[{{ r }}] = ldexp", "xs[0] = ldexp"),  # every row with row 0's scale
+        ("xq[{{ r * XW }}u + w] = pack4xI8(q)", "xq[w] = pack4xI8(q)"),  # rows on one another
+    ],
+    ids=["one-scale", "one-row"],
+)
+def test_verification_refuses_a_wrong_one_pass_quantization(tmp_path, monkeypatch, old, new):
+    params = ONE_PASS | {"AV": 4}
+    assert _refused(tmp_path, monkeypatch, "qdotv", (old, new), "q4g128", K=1024, params=params)
+
+
+def test_one_pass_keeps_x_in_workgroup_memory_within_the_limit():
+    """x' of every row lives in workgroup memory: a long row of many rows is refused by the
+    device's limit, named, where two passes are valid."""
+    problem = Problem(16, 64, 16384, "f32", "nt", weights="q8", activations="q8")
+    limits = {"max-compute-workgroup-storage-size": 32768}
+    space = load_space("qdotv")
+    reason = space.why_invalid(Config.make("qdotv", ONE_PASS | {"AV": 4}), problem, limits)
+    assert reason and "max-compute-workgroup-storage-size" in reason
+    two = Config.make("qdotv", ONE_PASS | {"AV": 4, "QS": 1})
+    assert space.why_invalid(two, problem, limits) is None

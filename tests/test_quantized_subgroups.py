@@ -35,6 +35,9 @@ CASES = [
      dict(WG=128, TK=32, U=2)),
     ("qdotv", Problem(2, 40, 1024, "f32", "nt", 3, True, "bias,relu", weights="q4g64",
                       activations="q8"), dict(WG=256, TK=16, NC=1)),
+    # one pass: each workgroup quantizes its rows, then sums by subgroupAdd
+    ("qdotv", Problem(3, 37, 2048, "f32", "nt", weights="q4g128", activations="q8"),
+     dict(WG=128, TK=64, NC=4, QS=0, AV=4)),
 ]  # fmt: skip
 
 
