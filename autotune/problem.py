@@ -16,9 +16,9 @@ variants (each a field of Problem, each part of the cache key):
   layer's weight quantized by autotune.quantize (docs/QUANTIZED.md), stored N x K (layout
   "nt"): the packed codes (uint32), their f16 scales and zero points. The kernel computes
   with the dequantized weight; A, C and the bias keep the dtype.
-- activations "q8" (with quantized weights): each row of A is quantized to int8 too, by a first
-  pass of the kernel (quantize.quantize_activations: a power-of-two scale per row, so
-  the codes are exact), and the product is summed in integers (dot4I8Packed).
+- activations "q8" (with quantized weights): each row of A is quantized to int8 too, by the
+  kernel before its product (quantize.quantize_activations: a power-of-two scale per row,
+  so the codes are exact), and the product is summed in integers (dot4I8Packed).
 
 Every other stage takes a Problem; it is validated once, here, so that a bad size,
 dtype or variant is reported with the argument's name before anything touches the GPU.

@@ -282,7 +282,8 @@ def _frozen_array(field: str, value: object, dtypes: tuple, info: dict) -> np.nd
 
 def quantize_activations(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each row of `x` (..., K) as int8 codes and a power-of-two float32 scale: exactly
-    what a kernel with activations "q8" computes in its first pass.
+    what a kernel with activations "q8" computes before its product (a first pass, or
+    each workgroup of a one-pass decode kernel).
 
     amax = max |x| of the row = f * 2**e with f in [0.5, 1); scale = 2**(e - 7);
     code = clamp(rint(x * 2**(7 - e)), -127, 127). A power of two makes x / scale exact

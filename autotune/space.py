@@ -201,6 +201,11 @@ class _WorkspaceRule:
     when: _Rule | None = None
 
 
+def _holds(when: _Rule | None, env: dict) -> bool:
+    """Whether a pass or workspace with this `when` is in the plan at `env`."""
+    return when is None or bool(when.function(env))
+
+
 def _only_when(rule: _Rule, when: _Rule | None) -> _Rule:
     """`rule`'s value where `when` holds, else 0 (a pass or workspace the plan leaves
     out needs nothing of a limit)."""
@@ -252,6 +257,10 @@ class Space:
         derived = [_rule(n, t) for n, t in data.get("derived", {}).items()]
         constraints = [_rule(n, t) for n, t in data.get("constraints", {}).items()]
         passes, workspaces = _plan_rules(data, template, {d.name for d in derived})
+        if all(p.when for p in passes):  # a config whose plan keeps no pass is not one
+            constraints.append(
+                _rule("a_pass_runs", " or ".join(f"({p.when.text})" for p in passes))
+            )
         known = set(params) | set(PROBLEM_NAMES)  # a rule reads only names defined above it
         rules = [("derive", d) for d in derived] + [("check", c) for c in constraints]
         rules += [("check", r) for r in _plan_expressions(passes, workspaces)]
@@ -359,7 +368,6 @@ class Space:
     def plan(self, config: Config, problem: Problem) -> Plan:
         """The launch plan of `config` at `problem` (the config must be valid here)."""
         env = self.context(config, problem)
-        runs = lambda rule: rule is None or bool(rule.function(env))  # noqa: E731
         passes = [
             (
                 p.entry_point,
@@ -367,12 +375,12 @@ class Space:
                 tuple(r.function(env) for r in p.grid),
             )
             for p in self.passes
-            if runs(p.when)
+            if _holds(p.when, env)
         ]
         workspaces = [
             (index, w.size.name, w.size.function(env))
             for index, w in enumerate(self.workspaces)
-            if runs(w.when)
+            if _holds(w.when, env)
         ]
         storage, vector = env.get("workgroup_storage", 0), env.get("VEC", 1)
         return make_plan(problem, passes, workspaces, storage, vector)

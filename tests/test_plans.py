@@ -148,5 +148,8 @@ def test_a_when_is_an_expression_of_known_names_and_a_plan_keeps_a_pass():
         'grid = ["cdiv(elements, WG)", "', 'when = "ORDER == 2"\ngrid = ["cdiv(elements, WG)", "'
     )
     space = Space.from_toml(never, "halves")
+    config = Config.make("halves", {"WG": 64, "ORDER": 0})
+    assert space.why_invalid(config, PROBLEM).startswith("a_pass_runs")
+    assert space.configs(PROBLEM) == []
     with pytest.raises(PlanError, match="no pass"):
-        space.plan(Config.make("halves", {"WG": 64, "ORDER": 0}), PROBLEM)
+        space.plan(config, PROBLEM)

@@ -147,7 +147,9 @@ def _faulty(source: str, old: str, new: str) -> str:
 def test_verification_refuses_a_wrong_int8_kernel(
     tmp_path, monkeypatch, template, weights, old, new
 ):
-    assert _refused(tmp_path, monkeypatch, template, (old, new), weights, K=256)
+    # qdotv's faults are in the kernel of two passes (QS = 1); qdot's, its last seed's
+    params = SPLIT_QUANTIZE | {"QS": 1} if template == "qdotv" else None
+    assert _refused(tmp_path, monkeypatch, template, (old, new), weights, K=256, params=params)
 
 
 @pytest.mark.parametrize(
@@ -359,6 +361,18 @@ def test_one_pass_computes_the_same_bits_as_two():
 def test_verification_refuses_a_wrong_one_pass_quantization(tmp_path, monkeypatch, old, new):
     params = ONE_PASS | {"AV": 4}
     assert _refused(tmp_path, monkeypatch, "qdotv", (old, new), "q4g128", K=1024, params=params)
+
+
+def test_one_pass_rows_wait_for_the_last_row_s_peak_to_be_read():
+    """Each row after the first reuses `peak`: a barrier stands before its first write,
+    else a fast invocation's new maximum could replace the last row's before a slow one
+    read it (lavapipe's lockstep hides such a race, so the text is checked)."""
+    problem = Problem(3, 45, 1024, "f32", "nt", weights="q8", activations="q8")
+    wgsl = render(Config.make("qdotv", ONE_PASS | {"AV": 4}), problem).wgsl
+    for r in (1, 2):  # between row r - 1's scale and row r's first write of peak
+        start = wgsl.index(f"xs[{r - 1}] = ldexp")
+        end = wgsl.index("peak[lid] = m;", start)
+        assert "workgroupBarrier();" in wgsl[start:end], r
 
 
 def test_one_pass_keeps_x_in_workgroup_memory_within_the_limit():

@@ -111,3 +111,29 @@ def test_tuned_cached_looked_up_and_exported(gpu, tmp_path):
     paths = autotune.export(kernel, tmp_path / "out", name="qsplitk")
     manifest = json.loads(paths["json"].read_text())
     assert [p["entry_point"] for p in manifest["passes"]] == ["main", "reduce"]
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("for (var s = 1u;", "for (var s = 2u;"),  # the sum leaves a range out
+        ("let ke = min(kb + {{ KC }}u,", "let ke = min(kb + {{ KC - BK }}u,"),  # a slice short
+        ("let z = wg.z / {{ SPLIT }}u;", "let z = 0u;"),  # every batch item reads item 0
+    ],
+    ids=["range-left-out", "slice-short", "one-item"],
+)
+def test_verification_refuses_a_wrong_split(gpu, tmp_path, monkeypatch, old, new):
+    """A copy of the template with one fault (qgemm's own file included unchanged) fails
+    verification at a batch of two sharing the weight."""
+    from autotune.data import data_path
+
+    text = (data_path("templates") / "qsplitk.wgsl.j2").read_text()
+    assert text.count(old) == 1, old
+    (tmp_path / "qsplitbad.wgsl.j2").write_text(text.replace(old, new))
+    space = (data_path("search_spaces") / "qsplitk.toml").read_text()
+    (tmp_path / "qsplitbad.toml").write_text(space)
+    monkeypatch.setenv("AUTOTUNE_TEMPLATE_PATH", str(tmp_path))
+    problem = Problem(20, 36, 256, "f32", "nt", 2, True, weights="q4g64")
+    config = Config.make("qsplitbad", load_space("qsplitk").seed_configs(problem)[-1].as_dict())
+    verdict = verify(compile_shader(render(config, problem), gpu), gpu)
+    assert not verdict.ok
