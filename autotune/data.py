@@ -17,12 +17,12 @@ TEMPLATE_PATH_ENV = "AUTOTUNE_TEMPLATE_PATH"
 # take theirs from here). blockedx computes the variant problems, gemv every problem of
 # M <= 16 (decoding), splitk (K cut into ranges, summed by a second pass) both kinds,
 # the others the plain one. With quantized weights (and nothing else): qgemv decodes
-# (M <= 32) and qgemm computes any M, dequantizing in registers (qsplitk: qgemm with K cut
-# into ranges, for a few dozen rows); qdotv (M <= 32) and qdot quantize the activations
-# too and multiply int8 codes.
+# (M <= 32) and qgemm computes any M, dequantizing in registers; qdotv (M <= 32) and qdot
+# quantize the activations too and multiply int8 codes. qsplitk and qdotsplitk are qgemm
+# and qdot with K cut into ranges, for a few dozen rows.
 BUILT_IN = (
     "blocked", "blockedx", "gemv", "splitk", "tiled", "naive", "qgemv", "qgemm", "qsplitk",
-    "qdot", "qdotv",
+    "qdot", "qdotsplitk", "qdotv",
 )  # fmt: skip
 
 

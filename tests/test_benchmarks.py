@@ -132,8 +132,8 @@ def test_quantized_tables_in_one_command_quick(gpu, cache_dir, tmp_path):
     bytes moved those of the packed weight (well below the f32 weight's), served by the
     families that compute it."""
     stdout = run_script("quantized.sh", "--quick", "out", cwd=tmp_path)
-    families = {"q4g128": {"qgemv", "qgemm", "qsplitk"}, "q4g128.a8": {"qdotv", "qdot"},
-                "q8.a8": {"qdotv", "qdot"}}  # fmt: skip
+    int8 = {"qdotv", "qdot", "qdotsplitk"}
+    families = {"q4g128": {"qgemv", "qgemm", "qsplitk"}, "q4g128.a8": int8, "q8.a8": int8}
     for name in ("decode-q4g128", "decode-q4g128-a8", "int8-gemm", "q4-prefill", "q4-prefill-a8"):
         rows = json.loads((tmp_path / "out" / name / "bench.json").read_text())["rows"]
         assert rows

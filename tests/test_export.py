@@ -313,7 +313,7 @@ def test_the_browser_check_catches_broken_bundles(gpu, tmp_path):
 # of its one pass, QS = 0); the decode families'
 # partial sums reduced by subgroupAdd (SG = 1), A read as vectors by the quantize pass
 # (AV = 4); both decode families past 16 rows; qgemm past one tile of rows (ragged M, N
-# and K), and split into ranges of K (its q8 row scale applied once, after the sum).
+# and K), and both GEMM tiles split into ranges of K (scales applied once, after the sum).
 # Tiny shapes: one Chromium launch runs them all.
 QUANTIZED_CASES = {  # dequantized in registers (qgemv, qgemm), int8 activations (qdot, qdotv)
     "q4g32z": (Problem(3, 37, 100, "f32", "nt", weights="q4g32z"), dict(NC=1, AV=4)),
@@ -371,6 +371,10 @@ QUANTIZED_CASES = {  # dequantized in registers (qgemv, qgemm), int8 activations
         Problem(20, 37, 200, "f32", "nt", weights="q8"),
         dict(template="qsplitk", BM=32, BN=32, TM=4, TN=4, BK=16, AV=4, DB=1, SPLIT=4, RW=64),
     ),
+    "qdotsplitk_q4g32z_a8": (
+        Problem(20, 37, 300, "f32", "nt", weights="q4g32z", activations="q8"),
+        dict(template="qdotsplitk", BM=32, BN=32, TM=4, TN=4, BK=16, QWG=64, SPLIT=4, RW=64),
+    ),
 }
 
 
@@ -421,7 +425,7 @@ def test_quantized_manifest_describes_each_binding(gpu, tmp_path):
         quantized_first = problem.activations == "q8"
         two_passes = quantized_first and config.as_dict().get("QS") != 0
         workspaces = ["xq", "xs"] if two_passes else []
-        split = ["partials"] if config.template == "qsplitk" else []
+        split = ["partials"] if "SPLIT" in config.as_dict() else []
         assert sorted(buffers) == sorted(["A", "C", "dims", *arrays, *workspaces, *split])
         assert manifest["activations"] == problem.activations
         assert default_name(Kernel(problem, config, "default", gpu=gpu)).endswith(
