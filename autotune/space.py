@@ -119,7 +119,16 @@ def compile_expression(text: str) -> tuple[Expr, frozenset[str]]:
     except SyntaxError as error:
         raise SpaceError(f"bad expression {text!r}: {error.msg}") from None
     names: set[str] = set()
-    return _build(tree, text, names), frozenset(names)
+    function = _build(tree, text, names)
+
+    def guarded(env):
+        try:
+            return function(env)
+        except ZeroDivisionError:  # a divisor that some problem makes 0 (a space's fault)
+            values = ", ".join(f"{n}={env[n]}" for n in sorted(names) if n in env)
+            raise SpaceError(f"expression {text!r} divides by zero at {values}") from None
+
+    return guarded, frozenset(names)
 
 
 def _build(node: ast.AST, text: str, names: set[str]) -> Expr:  # noqa: C901 (one case each)

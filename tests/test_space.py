@@ -136,6 +136,15 @@ def test_expressions_compute():
     assert function({"M": 17, "N": 9, "K": 2}) == 2 * 2 + 9 % 5 - 1
 
 
+def test_a_division_by_zero_names_the_expression_and_its_values():
+    """A divisor some problem makes 0 (a derived value of a weight format the space
+    refuses later, say) is the space's fault: said as such, not a ZeroDivisionError."""
+    function, _ = compile_expression("cdiv(K, QG // 4) + M % QW")
+    with pytest.raises(SpaceError, match=r"divides by zero at K=64, M=3, QG=0, QW=8"):
+        function({"K": 64, "M": 3, "QG": 0, "QW": 8})
+    assert function({"K": 64, "M": 3, "QG": 32, "QW": 8}) == 11
+
+
 @pytest.mark.parametrize(
     "text, words",
     [
