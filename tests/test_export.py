@@ -152,7 +152,10 @@ BROWSER_CASES = [
     (Problem(67, 45, 37), Config.make("tiled", dict(TX=16, TY=16, TK=16, PAD=1))),
     (Problem(67, 45, 37), Config.make("naive", dict(WX=16, WY=8))),
     # decoding, the plain problem's 16-byte uniform block
-    (Problem(1, 37, 129), Config.make("gemv", dict(SG=0, WG=64, TK=8, NC=2, VEC=1, U=2, ACC=0))),
+    (
+        Problem(1, 37, 129),
+        Config.make("gemv", dict(SG=0, WG=64, TK=8, NC=2, VEC=1, U=2, ACC=0, RS=1)),
+    ),
 ]
 
 
@@ -214,19 +217,24 @@ FUSED_CASES = {
     # decoding (M <= 16), reduced through workgroup memory: ragged N, odd K
     "decode_workgroup": (
         Problem(3, 37, 129, "f32", "nt", 2, False, "bias,gelu"),
-        Config.make("gemv", dict(SG=0, WG=128, TK=16, NC=1, VEC=1, U=4, ACC=0)),
+        Config.make("gemv", dict(SG=0, WG=128, TK=16, NC=1, VEC=1, U=4, ACC=0, RS=1)),
     ),
     # 16 rows, eight columns per invocation: 128 accumulators in the browser's compiler
     "decode_eight_columns": (
         Problem(16, 44, 132, "f32", "nt", 2, False, "bias,gelu"),
-        Config.make("gemv", dict(SG=0, WG=128, TK=16, NC=8, VEC=4, U=1, ACC=0)),
+        Config.make("gemv", dict(SG=0, WG=128, TK=16, NC=8, VEC=4, U=1, ACC=0, RS=1)),
+    ),
+    # 13 rows in two row groups, the second of six
+    "decode_rows_split": (
+        Problem(13, 44, 132, "f32", "nt", 2, False, "bias,gelu"),
+        Config.make("gemv", dict(SG=0, WG=128, TK=16, NC=4, VEC=4, U=1, ACC=0, RS=2)),
     ),
 }
 # decoding reduced with subgroupAdd: needs the device feature "subgroups"
 SUBGROUP_CASES = {
     "decode_subgroups": (
         Problem(4, 36, 64, "f32", "nt", 1, False, "alpha,bias"),
-        Config.make("gemv", dict(SG=1, WG=64, TK=8, NC=1, VEC=4, U=2, ACC=0)),
+        Config.make("gemv", dict(SG=1, WG=64, TK=8, NC=1, VEC=4, U=2, ACC=0, RS=1)),
     ),
 }
 

@@ -20,7 +20,7 @@ from autotune.verify import verify
 
 
 def gemv(**params) -> Config:
-    base = dict(SG=0, WG=64, TK=8, NC=1, VEC=1, U=1, ACC=0)
+    base = dict(SG=0, WG=64, TK=8, NC=1, VEC=1, U=1, ACC=0, RS=1)
     return Config.make("gemv", base | params)
 
 
@@ -47,6 +47,13 @@ CASES = [
     (Problem(16, 44, 132, "f32", "nt"), gemv(SG=1, TK=8, VEC=4, NC=8)),
     (Problem(16, 44, 132, "f32", "nt"), gemv(TK=16, WG=128, VEC=4, NC=8)),
     (Problem(4, 300, 70), gemv(TK=8, VEC=4, NC=8)),
+    # rows split between row groups: both reductions, a last group of fewer rows (13 rows
+    # in groups of 4 and of 7 in groups of 4), A stored K x M
+    (Problem(16, 44, 132, "f32", "nt"), gemv(TK=8, VEC=4, NC=8, RS=2)),
+    (Problem(16, 44, 132, "f32", "nt"), gemv(SG=1, TK=8, VEC=4, NC=4, RS=2)),
+    (Problem(13, 37, 129, "f32", "nt"), gemv(SG=1, TK=8, WG=128, NC=2, RS=4, U=2)),
+    (Problem(13, 37, 129, "f32", "nt"), gemv(TK=16, WG=128, NC=2, RS=2, U=2)),
+    (Problem(7, 40, 260, "f32", "tt"), gemv(TK=8, VEC=4, NC=2, RS=2, U=2)),
 ]
 
 
@@ -62,8 +69,20 @@ def test_correct_for_layouts_and_odd_shapes(gpu, problem, config):
         (Problem(3, 36, 64, "f16", "nt", accumulate="f16"), gemv(TK=16, VEC=4, ACC=1)),
         (Problem(7, 44, 70, "f16"), gemv(TK=4, VEC=2, U=4)),
         (Problem(16, 52, 200, "f16", "nt"), gemv(TK=16, VEC=4, NC=8)),
+        (Problem(16, 52, 200, "f16", "nt"), gemv(TK=16, WG=128, VEC=4, NC=8, RS=2)),
+        (
+            Problem(16, 52, 200, "f16", "nt", accumulate="f16"),
+            gemv(TK=16, VEC=4, NC=4, RS=4, ACC=1),
+        ),
     ],
-    ids=["f32_acc_subgroups", "f16_acc", "nn", "f32_acc_eight_columns"],
+    ids=[
+        "f32_acc_subgroups",
+        "f16_acc",
+        "nn",
+        "f32_acc_eight_columns",
+        "rows_split",
+        "f16_acc_rows_split",
+    ],
 )
 def test_f16(gpu, problem, config):
     if "shader-f16" not in gpu.features:
@@ -78,8 +97,15 @@ def test_f16(gpu, problem, config):
         (Problem(4, 40, 64, "f32", "nn", 2, True, "bias,relu"), gemv(VEC=4, U=2, TK=4)),
         (Problem(1, 129, 257, "f32", "nt", 2, True, "alpha,bias"), gemv(SG=1, TK=32, WG=256)),
         (Problem(16, 33, 40, "f32", "tn", 2, False, "beta,gelu"), gemv(WG=128, TK=16)),
+        (Problem(9, 37, 51, "f32", "nt", 3, False, "alpha,beta,bias,gelu"), gemv(SG=1, RS=2)),
     ],
-    ids=["batch_epilogue_subgroups", "shared_b_relu", "shared_b_fallback", "tn_beta_gelu"],
+    ids=[
+        "batch_epilogue_subgroups",
+        "shared_b_relu",
+        "shared_b_fallback",
+        "tn_beta_gelu",
+        "rows_split_batch_epilogue",
+    ],
 )
 def test_batch_and_epilogue(gpu, problem, config):
     check(gpu, problem, config)
@@ -87,13 +113,19 @@ def test_batch_and_epilogue(gpu, problem, config):
 
 def test_same_bits_on_every_run(gpu):
     """Fixed-order reductions: two runs on the same data give the same bits, on both
-    reduction paths (the subgroup one, and the workgroup-memory one)."""
-    problem = Problem(5, 37, 1001, "f32", "nt")
+    reduction paths (the subgroup one, and the workgroup-memory one), rows split or not."""
     rng = np.random.default_rng(3)
-    A = rng.standard_normal((5, 1001)).astype(np.float32)
-    B = rng.standard_normal((37, 1001)).astype(np.float32)
-    for config in (gemv(SG=1, TK=8, U=4), gemv(SG=1, TK=32, WG=128), gemv(TK=64, WG=256)):
-        kernel = Kernel(problem, config, "default", gpu=gpu)
+    runs = [
+        (5, gemv(SG=1, TK=8, U=4)),
+        (5, gemv(SG=1, TK=32, WG=128)),
+        (5, gemv(TK=64, WG=256)),
+        (13, gemv(SG=1, TK=8, WG=128, NC=2, RS=4)),
+        (13, gemv(TK=16, WG=128, NC=2, RS=2)),
+    ]
+    for m, config in runs:
+        A = rng.standard_normal((m, 1001)).astype(np.float32)
+        B = rng.standard_normal((37, 1001)).astype(np.float32)
+        kernel = Kernel(Problem(m, 37, 1001, "f32", "nt"), config, "default", gpu=gpu)
         first, second = kernel(A, B), kernel(A, B)
         assert first.tobytes() == second.tobytes(), config
         np.testing.assert_allclose(first, A.astype(np.float64) @ B.T, rtol=1e-4, atol=1e-3)
@@ -116,6 +148,32 @@ def test_subgroups_straddling_column_groups_take_the_workgroup_path(gpu):
         shader = Shader(config, problem, wgsl, space.plan(config, problem))
         verdict = verify(compile_shader(shader, gpu), gpu)
         assert verdict.ok, f"{config}: {verdict.reason}"
+
+
+@pytest.mark.parametrize(
+    "old, new, paths",
+    [
+        ("min(r * {{ MR }}u + {{ m }}u,", "min({{ m }}u,", (1, 0)),  # every group reads rows 0..
+        ("gq % {{ RS }}u * {{ MR }}u +", "gq % {{ RS }}u * {{ MR - 1 }}u +", (0,)),
+        ("+ gq / {{ RS }}u * {{ NC }}u", "+ gq % {{ RS }}u * {{ NC }}u", (0,)),
+        ("&& r * {{ MR }}u + {{ m }}u < M) {", "&& r * {{ MR }}u + {{ m }}u < M - 1u) {", (1,)),
+    ],
+    ids=["rows-of-group-0", "rows-stored-shifted", "columns-of-row-group", "last-row-dropped"],
+)  # fmt: skip
+def test_verification_refuses_a_wrong_row_split(gpu, tmp_path, monkeypatch, old, new, paths):
+    """A copy of the template with one fault in the row split fails verification (13
+    rows in groups of 4) on the reduction paths it is on: SG = 1 sums in subgroups
+    (lavapipe's 8 invocations, one group of TK = 8), SG = 0 in workgroup memory."""
+    text = (data_path("templates") / "gemv.wgsl.j2").read_text()
+    assert text.count(old) == 1, old
+    (tmp_path / "rowsbad.wgsl.j2").write_text(text.replace(old, new))
+    (tmp_path / "rowsbad.toml").write_text((data_path("search_spaces") / "gemv.toml").read_text())
+    monkeypatch.setenv("AUTOTUNE_TEMPLATE_PATH", str(tmp_path))
+    problem = Problem(13, 37, 129, "f32", "nt")
+    for sg in paths:
+        params = gemv(SG=sg, TK=8, WG=128, NC=2, RS=4, U=2).as_dict()
+        verdict = verify(compile_shader(render(Config.make("rowsbad", params), problem), gpu), gpu)
+        assert not verdict.ok, sg
 
 
 def test_only_decode_shapes():
