@@ -48,7 +48,7 @@ CASES = [
     (Problem(16, 44, 132, "f32", "nt"), gemv(TK=16, WG=128, VEC=4, NC=8)),
     (Problem(4, 300, 70), gemv(TK=8, VEC=4, NC=8)),
     # rows split between row groups: both reductions, a last group of fewer rows (13 rows
-    # in groups of 4 and of 7 in groups of 4), A stored K x M
+    # in groups of 4 and of 7; 7 rows of A stored K x M in groups of 4)
     (Problem(16, 44, 132, "f32", "nt"), gemv(TK=8, VEC=4, NC=8, RS=2)),
     (Problem(16, 44, 132, "f32", "nt"), gemv(SG=1, TK=8, VEC=4, NC=4, RS=2)),
     (Problem(13, 37, 129, "f32", "nt"), gemv(SG=1, TK=8, WG=128, NC=2, RS=4, U=2)),
@@ -260,3 +260,15 @@ def test_the_subgroup_path_runs_whatever_workgroup_memory_held(gpu, junk_in_work
         compiled = compile_shader(shader, gpu)
         junk_in_workgroup_memory()
         assert verify(compiled, gpu).ok == works, config
+
+
+def test_rows_split_only_where_it_serves():
+    """RS > 1: B stored N x K only, and only where each row group holds 4 rows or more."""
+    space = load_space("gemv")
+    split = gemv(TK=16, WG=128, VEC=4, NC=4, RS=2)
+    assert space.why_invalid(split, Problem(16, 64, 64, "f32", "nt")) is None
+    assert space.why_invalid(split, Problem(16, 64, 64, "f32", "nn")).startswith("rows_split_along")
+    assert space.why_invalid(split, Problem(6, 64, 64, "f32", "nt")).startswith("rows_split_at")
+    four = gemv(TK=16, WG=128, VEC=4, NC=4, RS=4)
+    assert space.why_invalid(four, Problem(13, 64, 64, "f32", "nt")) is None
+    assert space.why_invalid(four, Problem(12, 64, 64, "f32", "nt")).startswith("rows_split_at")
