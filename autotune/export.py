@@ -8,8 +8,10 @@ holding exactly the bytes of docs/QUANTIZED.md's files (QuantizedWeight.save's
 WEIGHT.data.bin, WEIGHT.scales.bin, WEIGHT.zeros.bin):
 `packing` says how ("codes"; "f16 pairs", scale e in the low half of word e / 2 when e is
 even, else the high half; "zero-point nibbles"), `shape` and `element` are the saved
-array's, `layout` the weight manifest's line; the WGSL language features the kernel uses
-(packed_4x8_integer_dot_product for unpack4xU8) are `required_language_features`.
+array's, `layout` the weight manifest's line (f16 operands a kernel reads as words,
+`array<vec4<u32>>`, are "f16 pairs" too, element "f16", the problem's shape); the WGSL
+language features the kernel uses (packed_4x8_integer_dot_product for unpack4xU8) are
+`required_language_features`.
 
 NAME.js is an ES module embedding the WGSL and the manifest, with `createGemm(device)`.
 The kernel is verified on this device at its shape before anything is written: a wrong
@@ -25,6 +27,8 @@ import re
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+
+import numpy as np
 
 from .arguments import ArgumentError, check_folder
 from .cache import MergeError, today
@@ -168,6 +172,7 @@ def buffers(kernel: Kernel) -> list[dict]:
     array QuantizedWeight holds, for a quantized weight's), workspaces marked as such."""
     plan, problem = kernel.shader.plan, kernel.problem
     shapes, types = problem.matrix_shapes(), operand_types(kernel)
+    dtypes = problem.operand_dtypes()
     described = []
     for binding in plan.bindings:
         entry = {"binding": binding.number, "name": binding.name, "kind": binding.kind}
@@ -183,6 +188,9 @@ def buffers(kernel: Kernel) -> list[dict]:
             entry.update(vector_width=vector, shape=list(shapes[binding.name]))
             if problem.quantized and binding.name in WEIGHT_BUFFERS:
                 entry.update(_weight_buffer(problem, binding.name))
+            elif scalar == "u32" and dtypes[binding.name] == np.float16:
+                # halves read as words (gemv's 16-byte loads): the same bytes, two a word
+                entry.update(element="f16", packing="f16 pairs")
         described.append(entry)
     return described
 

@@ -3,6 +3,7 @@ SwiftShader, i.e. Dawn and Tint rather than wgpu and naga) running them unchange
 
 import base64
 import json
+import math
 import re
 
 import numpy as np
@@ -154,7 +155,7 @@ BROWSER_CASES = [
     # decoding, the plain problem's 16-byte uniform block
     (
         Problem(1, 37, 129),
-        Config.make("gemv", dict(SG=0, WG=64, TK=8, NC=2, VEC=1, U=2, ACC=0, RS=1)),
+        Config.make("gemv", dict(SG=0, WG=64, TK=8, NC=2, VEC=1, U=2, ACC=0, RS=1, H8=0)),
     ),
 ]
 
@@ -187,6 +188,11 @@ def variant(**params):
 F16_CASES = {
     "f16acc": (Problem(36, 44, 40, "f16"), variant(ACC=1)),
     "f16f32": (Problem(37, 44, 40, "f16", "nt"), variant(BK=8, DB=0, SWZ=1)),
+    # decoding with A and B read as words (eight halves a load), rows split, a tail of K
+    "f16_decode_eight_halves": (
+        Problem(13, 44, 136, "f16", "nt", 2, False, "bias,gelu"),
+        Config.make("gemv", dict(SG=0, WG=128, TK=16, NC=4, VEC=4, U=1, ACC=0, RS=2, H8=1)),
+    ),
 }
 FUSED_CASES = {
     "nt_batch_gelu": (Problem(37, 44, 28, "f32", "nt", 3, False, "alpha,beta,bias,gelu"), None),
@@ -217,24 +223,24 @@ FUSED_CASES = {
     # decoding (M <= 16), reduced through workgroup memory: ragged N, odd K
     "decode_workgroup": (
         Problem(3, 37, 129, "f32", "nt", 2, False, "bias,gelu"),
-        Config.make("gemv", dict(SG=0, WG=128, TK=16, NC=1, VEC=1, U=4, ACC=0, RS=1)),
+        Config.make("gemv", dict(SG=0, WG=128, TK=16, NC=1, VEC=1, U=4, ACC=0, RS=1, H8=0)),
     ),
     # 16 rows, eight columns per invocation: 128 accumulators in the browser's compiler
     "decode_eight_columns": (
         Problem(16, 44, 132, "f32", "nt", 2, False, "bias,gelu"),
-        Config.make("gemv", dict(SG=0, WG=128, TK=16, NC=8, VEC=4, U=1, ACC=0, RS=1)),
+        Config.make("gemv", dict(SG=0, WG=128, TK=16, NC=8, VEC=4, U=1, ACC=0, RS=1, H8=0)),
     ),
     # 13 rows in two row groups, the second of six
     "decode_rows_split": (
         Problem(13, 44, 132, "f32", "nt", 2, False, "bias,gelu"),
-        Config.make("gemv", dict(SG=0, WG=128, TK=16, NC=4, VEC=4, U=1, ACC=0, RS=2)),
+        Config.make("gemv", dict(SG=0, WG=128, TK=16, NC=4, VEC=4, U=1, ACC=0, RS=2, H8=0)),
     ),
 }
 # decoding reduced with subgroupAdd: needs the device feature "subgroups"
 SUBGROUP_CASES = {
     "decode_subgroups": (
         Problem(4, 36, 64, "f32", "nt", 1, False, "alpha,bias"),
-        Config.make("gemv", dict(SG=1, WG=64, TK=8, NC=1, VEC=4, U=2, ACC=0, RS=1)),
+        Config.make("gemv", dict(SG=1, WG=64, TK=8, NC=1, VEC=4, U=2, ACC=0, RS=1, H8=0)),
     ),
 }
 
@@ -491,6 +497,21 @@ def test_unquantized_manifest_has_no_weight_fields(gpu, tmp_path):
     manifest = json.loads(paths["json"].read_text())
     assert "weights" not in manifest and "required_language_features" not in manifest
     assert not any("packing" in b for b in manifest["buffers"])
+
+
+def test_manifest_names_halves_read_as_words(gpu, tmp_path):
+    """A kernel that reads f16 A and B as vec4<u32> (eight halves a load): the manifest
+    gives the WGSL type and says what the words hold; C, bound as halves, has no packing."""
+    if "shader-f16" not in gpu.features:
+        pytest.skip("the adapter has no shader-f16")
+    kernel = Kernel(*F16_CASES["f16_decode_eight_halves"], "default", gpu=gpu)
+    paths = autotune.export(kernel, tmp_path)
+    buffers = {b["name"]: b for b in json.loads(paths["json"].read_text())["buffers"]}
+    for name, shape in (("A", [2, 13, 136]), ("B", [2, 44, 136])):
+        assert buffers[name]["type"] == "array<vec4<u32>>", buffers[name]
+        assert buffers[name]["element"] == "f16" and buffers[name]["packing"] == "f16 pairs"
+        assert buffers[name]["size_bytes"] == 2 * math.prod(shape)
+    assert buffers["C"]["type"] == "array<vec4<f16>>" and "packing" not in buffers["C"]
 
 
 def test_cli_exports_a_quantized_bundle(gpu, tmp_path, cache_dir):

@@ -20,7 +20,7 @@ from autotune.verify import verify
 
 
 def gemv(**params) -> Config:
-    base = dict(SG=0, WG=64, TK=8, NC=1, VEC=1, U=1, ACC=0, RS=1)
+    base = dict(SG=0, WG=64, TK=8, NC=1, VEC=1, U=1, ACC=0, RS=1, H8=0)
     return Config.make("gemv", base | params)
 
 
@@ -74,6 +74,18 @@ def test_correct_for_layouts_and_odd_shapes(gpu, problem, config):
             Problem(16, 52, 200, "f16", "nt", accumulate="f16"),
             gemv(TK=16, VEC=4, NC=4, RS=4, ACC=1),
         ),
+        # A and B read as words, eight halves a load (K = 200: 25 loads a row, the last
+        # steps past K for some invocations); C stored by scalar where 4 does not divide N
+        (Problem(16, 52, 200, "f16", "nt"), gemv(TK=8, VEC=4, NC=4, U=2, H8=1)),
+        (Problem(16, 52, 200, "f16", "nt"), gemv(SG=1, TK=8, VEC=4, NC=4, H8=1)),
+        (Problem(13, 37, 136, "f16", "nt"), gemv(TK=16, WG=128, NC=2, RS=2, U=2, H8=1)),
+        (Problem(13, 36, 136, "f16", "nt"), gemv(SG=1, TK=8, WG=128, VEC=4, NC=2, RS=4, H8=1)),
+        (Problem(1, 37, 1032, "f16", "nt"), gemv(SG=1, TK=32, WG=128, U=4, H8=1)),
+        (
+            Problem(3, 40, 64, "f16", "nt", 2, False, "alpha,beta,bias,gelu"),
+            gemv(TK=8, VEC=4, NC=2, H8=1),
+        ),
+        (Problem(4, 40, 64, "f16", "nt", 2, True, "bias,relu"), gemv(SG=1, VEC=4, H8=1)),
     ],
     ids=[
         "f32_acc_subgroups",
@@ -82,6 +94,13 @@ def test_correct_for_layouts_and_odd_shapes(gpu, problem, config):
         "f32_acc_eight_columns",
         "rows_split",
         "f16_acc_rows_split",
+        "halves_unrolled_tail",
+        "halves_subgroups",
+        "halves_rows_split_ragged_n",
+        "halves_rows_split_subgroups",
+        "halves_one_row",
+        "halves_batch_epilogue",
+        "halves_shared_b_subgroups",
     ],
 )
 def test_f16(gpu, problem, config):
@@ -272,3 +291,45 @@ def test_rows_split_only_where_it_serves():
     four = gemv(TK=16, WG=128, VEC=4, NC=4, RS=4)
     assert space.why_invalid(four, Problem(13, 64, 64, "f32", "nt")) is None
     assert space.why_invalid(four, Problem(12, 64, 64, "f32", "nt")).startswith("rows_split_at")
+
+
+def test_eight_halves_only_where_they_serve():
+    """H8 = 1: f16 data, B stored N x K, A stored M x K, f32 accumulation, whole loads of
+    eight along K."""
+    space = load_space("gemv")
+    halves = gemv(TK=8, VEC=4, NC=4, H8=1)
+    assert space.why_invalid(halves, Problem(16, 64, 64, "f16", "nt")) is None
+    for problem, rule in [
+        (Problem(16, 64, 64, "f32", "nt"), "eight_halves_of_rows"),
+        (Problem(16, 64, 64, "f16", "nn"), "eight_halves_of_rows"),
+        (Problem(16, 64, 64, "f16", "tt"), "eight_halves_of_rows"),
+        (Problem(16, 64, 60, "f16", "nt"), "eight_halves_whole"),
+    ]:
+        assert space.why_invalid(halves, problem).startswith(rule), problem
+    pinned = Problem(16, 64, 64, "f16", "nt", accumulate="f16")
+    assert space.why_invalid(gemv(TK=8, VEC=4, ACC=1, H8=1), pinned).startswith("eight_halves")
+    assert space.seed_configs(Problem(16, 4096, 4096, "f16", "nt"))[-1]["H8"] == 1
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("unpack2x16float(w.w)", "unpack2x16float(w.z)"),  # a half read twice, one never
+        (" + dot(a{{ j }}_{{ m }}[1], b{{ j }}_{{ c }}[1])", ""),  # the high four dropped
+        ("halves(B[brow{{ c }} + {{ k }}])", "halves(B[brow{{ c }} + {{ k }} / 2u])"),
+    ],
+    ids=["half-repeated", "high-four-dropped", "wrong-word"],
+)
+def test_verification_refuses_wrong_halves(gpu, tmp_path, monkeypatch, old, new):
+    """A copy of the template with one fault in the eight-halves path fails verification."""
+    if "shader-f16" not in gpu.features:
+        pytest.skip("the adapter has no shader-f16")
+    text = (data_path("templates") / "gemv.wgsl.j2").read_text()
+    assert text.count(old) == 1, old
+    (tmp_path / "halvesbad.wgsl.j2").write_text(text.replace(old, new))
+    (tmp_path / "halvesbad.toml").write_text((data_path("search_spaces") / "gemv.toml").read_text())
+    monkeypatch.setenv("AUTOTUNE_TEMPLATE_PATH", str(tmp_path))
+    params = gemv(TK=8, VEC=4, NC=4, U=2, H8=1).as_dict()
+    problem = Problem(16, 52, 200, "f16", "nt")
+    verdict = verify(compile_shader(render(Config.make("halvesbad", params), problem), gpu), gpu)
+    assert not verdict.ok
