@@ -8,10 +8,12 @@ holding exactly the bytes of docs/QUANTIZED.md's files (QuantizedWeight.save's
 WEIGHT.data.bin, WEIGHT.scales.bin, WEIGHT.zeros.bin):
 `packing` says how ("codes"; "f16 pairs", scale e in the low half of word e / 2 when e is
 even, else the high half; "zero-point nibbles"), `shape` and `element` are the saved
-array's, `layout` the weight manifest's line (f16 operands a kernel reads as words,
-`array<vec4<u32>>`, are "f16 pairs" too, element "f16", the problem's shape); the WGSL
-language features the kernel uses (packed_4x8_integer_dot_product for unpack4xU8) are
-`required_language_features`.
+array's, `layout` the weight manifest's line; the WGSL language features the kernel uses
+(packed_4x8_integer_dot_product for unpack4xU8) are `required_language_features`.
+An f16 operand a kernel reads as words (gemv's H8: `array<vec4<u32>>`) is marked `packing`
+"f16 pairs" too, element e of the array in the low half of word e / 2 when e is even,
+else the high half; its `element` is "f16" and its `shape` the problem's, in halves
+(its `vector_width`, 4, counts words: eight halves).
 
 NAME.js is an ES module embedding the WGSL and the manifest, with `createGemm(device)`.
 The kernel is verified on this device at its shape before anything is written: a wrong

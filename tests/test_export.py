@@ -493,6 +493,7 @@ def test_manifest_types_are_the_bindings_the_wgsl_declares(gpu, tmp_path):
 
 
 def test_unquantized_manifest_has_no_weight_fields(gpu, tmp_path):
+    """(An f16 kernel reading halves as words marks them `packing`: the test above.)"""
     paths = autotune.export(Kernel(*FUSED_CASES["decode_workgroup"], "default", gpu=gpu), tmp_path)
     manifest = json.loads(paths["json"].read_text())
     assert "weights" not in manifest and "required_language_features" not in manifest
@@ -568,6 +569,7 @@ def test_quantized_bundles_run_unchanged_in_chromium(quantized_results):
             continue
         assert result["ok"] and result["errors"] == [], f"{name}: {result}"
         assert "needs the buffer scales (binding 9" in (result["missing"] or ""), result
+        assert f"f16 pairs of {QUANTIZED_CASES[name][0].weights})" in result["missing"], result
         M, N, K = A.shape[0], qw.shape[0], A.shape[1]
         C = np.frombuffer(base64.b64decode(result["C"]), np.float32)[: M * N].reshape(M, N)
         W = qw.dequantize().astype(np.float64)
