@@ -30,8 +30,6 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
 from .arguments import ArgumentError, check_folder
 from .cache import MergeError, today
 from .candidates import choose
@@ -174,7 +172,6 @@ def buffers(kernel: Kernel) -> list[dict]:
     array QuantizedWeight holds, for a quantized weight's), workspaces marked as such."""
     plan, problem = kernel.shader.plan, kernel.problem
     shapes, types = problem.matrix_shapes(), operand_types(kernel)
-    dtypes = problem.operand_dtypes()
     described = []
     for binding in plan.bindings:
         entry = {"binding": binding.number, "name": binding.name, "kind": binding.kind}
@@ -190,7 +187,7 @@ def buffers(kernel: Kernel) -> list[dict]:
             entry.update(vector_width=vector, shape=list(shapes[binding.name]))
             if problem.quantized and binding.name in WEIGHT_BUFFERS:
                 entry.update(_weight_buffer(problem, binding.name))
-            elif scalar == "u32" and dtypes[binding.name] == np.float16:
+            elif scalar == "u32" and problem.dtype == "f16":
                 # halves read as words (gemv's 16-byte loads): the same bytes, two a word
                 entry.update(element="f16", packing="f16 pairs")
         described.append(entry)

@@ -493,7 +493,7 @@ def test_manifest_types_are_the_bindings_the_wgsl_declares(gpu, tmp_path):
 
 
 def test_unquantized_manifest_has_no_weight_fields(gpu, tmp_path):
-    """(An f16 kernel reading halves as words marks them `packing`: the test above.)"""
+    """(An f16 kernel reading halves as words marks them `packing`: the test below.)"""
     paths = autotune.export(Kernel(*FUSED_CASES["decode_workgroup"], "default", gpu=gpu), tmp_path)
     manifest = json.loads(paths["json"].read_text())
     assert "weights" not in manifest and "required_language_features" not in manifest
