@@ -584,3 +584,29 @@ def read_header(path: Path, field: str = "paths") -> dict:
     except (OSError, ValueError, RecursionError) as reason:
         raise MergeError(field, f"{path}: {str(reason)[:200]}") from None
     return data
+
+
+# What makes another GPU's cache a neighbour of this one's: a GPU of the same vendor,
+# driver stack and kind (an H100 beside an H200); a CPU adapter's choices say nothing
+# of a discrete GPU's, nor one vendor's of another's.
+KIN_FIELDS = ("vendor", "vendor_id", "backend", "adapter_type")
+
+
+def kin_devices(folders: Sequence[Path], fingerprint: dict, versions: dict) -> list[DeviceCache]:
+    """The cache files in `folders` of other GPUs like this one (KIN_FIELDS), or of this
+    GPU under other versions; a file that is not a cache file is passed over (lookup
+    reads what it can; `merge` and the cache's own loading say what is wrong)."""
+    own = device_file_name(fingerprint, versions)
+    kin = []
+    for folder in folders:
+        for path in sorted(Path(folder).glob("*.json")):
+            if path.name == own:
+                continue
+            try:
+                header = read_header(path)
+            except MergeError:
+                continue
+            other = header["fingerprint"]
+            if all(other.get(name) == fingerprint.get(name) for name in KIN_FIELDS):
+                kin.append(DeviceCache.at(path, header))
+    return kin

@@ -90,8 +90,22 @@ def _ranked(problem, checks, stores, gpu, limits) -> list[predict.Candidate]:
     """Every config this device's caches measured (at any shape and, in the same element
     type, any layout, batch or epilogue; a quantized weight's in any quantized format with
     the same activations; in this mode) and each family's known-good configs, valid at
-    `problem`, fastest predicted first."""
+    `problem`, fastest predicted first; where none of this device's is valid here, what
+    GPUs like it measured (borrowed)."""
     runs = runs_here(limits, problem, gpu)
+    usable, rates = _measured(problem, checks, stores, runs)
+    lent = [] if usable else borrowed(problem, checks, stores, gpu, runs)
+    if lent and not rates:  # this device has seen no rates: theirs are the nearest
+        rates = [e for entries, _ in lent for e in entries]
+    seeds = [c for c in _seeds(problem, limits) if runs(c)]
+    units = predict.compute_units(gpu.fingerprint.device)
+    return predict.ranked(problem, usable, seeds, units, predict.Roof.of(rates), lent)
+
+
+def _measured(problem, checks, stores, runs) -> tuple[list[cache.Entry], list[cache.Entry]]:
+    """The tuned entries of `stores` that are `problem`'s neighbours (valid here, its
+    element type or another quantized format of its activations), and those whose rates
+    make the roof (its arithmetic's; else the kin formats'; else any)."""
     measured = [
         e
         for store in stores
@@ -101,11 +115,20 @@ def _ranked(problem, checks, stores, gpu, limits) -> list[predict.Candidate]:
     # each arithmetic its own roof: f16 runs faster, int8 dot products faster still
     typed = [e for e in measured if e.key.problem.arithmetic == problem.arithmetic]
     kin = [e for e in measured if _another_quantized_format(e.key.problem, problem)]
-    usable = [e for e in typed + kin if runs(e.config)]
-    seeds = [c for c in _seeds(problem, limits) if runs(c)]
-    units = predict.compute_units(gpu.fingerprint.device)
-    roof = predict.Roof.of(typed or kin or measured)  # the nearest rates there are
-    return predict.ranked(problem, usable, seeds, units, roof)
+    return [e for e in typed + kin if runs(e.config)], typed or kin or measured
+
+
+def borrowed(problem, checks, stores, gpu: Gpu, runs) -> list[tuple[list, predict.Roof]]:
+    """Per GPU like this one (cache.kin_devices) in the stores' folders: its entries
+    that are `problem`'s neighbours, and the roof of its rates. A GPU no tune has run on
+    (most users') starts from what was tuned on its kin rather than from seeds alone."""
+    folders = list(dict.fromkeys(store.folder for store in stores))
+    lent = []
+    for store in cache.kin_devices(folders, gpu.fingerprint.as_dict(), versions()):
+        usable, rates = _measured(problem, checks, [store], runs)
+        if usable:
+            lent.append((usable, predict.Roof.of(rates)))
+    return lent
 
 
 def _another_quantized_format(measured_at: Problem, problem: Problem) -> bool:

@@ -20,12 +20,15 @@ further P' is from P, the less its measurement says: the distance term (a few % 
 doubling of the work, in FLOPs: shapes of equal work but other aspect are at distance
 0) ranks a config measured at a work like P's before one extrapolated from far away. A
 family's known-good configs never measured on this device are predicted at a fixed share
-of the ideal.
+of the ideal. Where this device has no entry valid at P (a GPU no tune has run on), the
+entries of other GPUs of its vendor and kind stand in (lookup.borrowed), each predicted
+at its own GPU's rates.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .cache import Entry
@@ -46,6 +49,10 @@ SEED_SHARE = 0.4  # the share of the roof an unmeasured known-good config is ass
 # stores: predicted a little slower than measured, so that one measured for this variant
 # ranks first at the same prediction.
 OTHER_VARIANT = 1.25
+# A config measured on another GPU of the same kind (an H100's entry on an H200 without
+# entries valid here) is predicted from that GPU's time at that GPU's rates, and a
+# little slower, so that a config measured here ranks first at the same prediction.
+OTHER_DEVICE = 1.25
 # The uncertainty of a prediction per doubling (or halving) of the work between the shape
 # measured and the shape predicted.
 PER_DOUBLING = 0.03
@@ -161,20 +168,30 @@ def predicted_seconds(entry: Entry, problem: Problem, units: int, roof: Roof) ->
 
 
 def ranked(
-    problem: Problem, entries: list[Entry], seeds: list[Config], units: int, roof: Roof
+    problem: Problem,
+    entries: list[Entry],
+    seeds: list[Config],
+    units: int,
+    roof: Roof,
+    borrowed: Sequence[tuple[list[Entry], Roof]] = (),
 ) -> list[Candidate]:
     """`entries` (measured elsewhere, each valid at `problem`) and `seeds` (valid, never
     measured) as candidates for `problem`, fastest predicted first, one per config (see
-    the module's formula)."""
+    the module's formula). `borrowed`: entries measured on other GPUs, each GPU's with
+    the roof of its own rates."""
     candidates: dict[Config, Candidate] = {}
     variants = {p.variant for p in problem.answered_by}
-    for entry in entries:
-        config = entry.config
-        seconds, unclamped = predicted_seconds(entry, problem, units, roof)
-        penalty = 1.0 if entry.key.problem.variant in variants else OTHER_VARIANT
-        candidate = Candidate(config, seconds * penalty, entry, unclamped * penalty)
-        if config not in candidates or candidate.order < candidates[config].order:
-            candidates[config] = candidate
+    measured = [(entries, roof, 1.0)] + [(e, r, OTHER_DEVICE) for e, r in borrowed]
+    for group, its_roof, device_penalty in measured:
+        for entry in group:
+            config = entry.config
+            seconds, unclamped = predicted_seconds(entry, problem, units, its_roof)
+            penalty = device_penalty * (
+                1.0 if entry.key.problem.variant in variants else OTHER_VARIANT
+            )
+            candidate = Candidate(config, seconds * penalty, entry, unclamped * penalty)
+            if config not in candidates or candidate.order < candidates[config].order:
+                candidates[config] = candidate
     for config in seeds:
         if config not in candidates:
             predicted = ideal_seconds(config, problem, units, roof) / SEED_SHARE

@@ -248,6 +248,35 @@ def test_a_quantized_weight_borrows_configs_measured_for_other_quantized_formats
     assert borrowed(Problem(8, 512, 256, "f16", "nt")) == set()
 
 
+def test_a_gpu_without_entries_ranks_what_gpus_of_its_kind_measured(gpu, tmp_path):
+    """A GPU no tune has run on (an H100 beside the shipped H200's file) ranks the configs
+    tuned on GPUs of its vendor and kind, OTHER_DEVICE slower than they predict there;
+    never another vendor's, and none once an entry of its own is valid at the shape."""
+    from autotune.lookup import _ranked, _stores
+
+    own = gpu.fingerprint.as_dict()
+    kin = own | {"device": own["device"] + " (another model)", "device_id": 1}
+    stranger = kin | {"vendor": "another vendor", "vendor_id": own["vendor_id"] + 1}
+    at, big = Problem(256, 256, 256), Problem(512, 512, 512)
+    kin_config, stranger_config, own_config = load_space("blocked").seed_configs(at, gpu.limits)[:3]
+    for fingerprint, config in ((kin, kin_config), (stranger, stranger_config)):
+        store = cache.DeviceCache(tmp_path, fingerprint, versions())
+        store.put(seed_entry(at, "blocked", config=config))
+
+    def measured_configs():
+        ranked = _ranked(big, True, _stores(gpu, tmp_path), gpu, gpu.limits)
+        return {c.config: c for c in ranked if c.entry}
+
+    lent = measured_configs()
+    assert set(lent) == {kin_config}
+    entry = lent[kin_config].entry
+    units = predict.compute_units(own["device"])
+    alone = predict.ranked(big, [entry], [], units, predict.Roof.of([entry]))[0]
+    assert lent[kin_config].predicted_s == pytest.approx(alone.predicted_s * predict.OTHER_DEVICE)
+    cache.DeviceCache(tmp_path, own, versions()).put(seed_entry(at, "blocked", config=own_config))
+    assert set(measured_configs()) == {own_config}
+
+
 def test_the_shipped_cache_holds_tuned_entries_only(gpu, monkeypatch):
     """In a checkout the default cache folder is the shipped cache/: a lookup there
     serves its estimate without writing it, and no shipped file holds an estimate."""
