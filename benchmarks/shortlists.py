@@ -4,9 +4,10 @@ which shapes would be estimated from seeds alone (no measured config among the f
     python benchmarks/shortlists.py --cache cache/nvidia-h200-vulkan-0c11ccbbcb01.json
 
 The ranking is lookup's own (lookup._ranked, predict.shortlist) on a stand-in of the file's
-device: its name (for the count of multiprocessors), every feature, and the local
-adapter's limits with the H200's four that matter here (FACTS: workgroup storage 49152,
-1024 invocations, 2 GiB bindings and 4 GiB buffers). Nothing is compiled or timed: the
+device: its fingerprint (its count of multiprocessors; the files of GPUs of its kind beside
+it are borrowed from), every feature, and the local adapter's limits with the H200's four
+that matter here (FACTS: workgroup storage 49152, 1024 invocations, 2 GiB bindings and
+4 GiB buffers). Nothing is compiled or timed: the
 estimate times the shortlist at the shape, and a shortlist of seeds only is one where
 nothing measured on the device informs it. Prints one line per such shape, then a count.
 """
@@ -23,7 +24,7 @@ from types import SimpleNamespace
 sys.path.insert(0, str(Path(__file__).parent.parent))  # this checkout's autotune
 
 from autotune import cache, predict  # noqa: E402
-from autotune.device import get_gpu  # noqa: E402
+from autotune.device import Fingerprint, get_gpu  # noqa: E402
 from autotune.lookup import SHORTLIST, _ranked  # noqa: E402
 from autotune.problem import Problem  # noqa: E402
 
@@ -52,7 +53,7 @@ def stand_in(path: Path) -> tuple[cache.DeviceCache, SimpleNamespace, dict]:
     header = cache.read_header(path)
     store = cache.DeviceCache.at(path, header)
     device = SimpleNamespace(
-        fingerprint=SimpleNamespace(device=header["fingerprint"]["device"]),
+        fingerprint=Fingerprint(**header["fingerprint"]),  # its kin are borrowed from too
         has_every_feature=True,  # no kernel is refused for a feature
         limited_as=lambda portable: None,
     )
