@@ -90,16 +90,16 @@ def _ranked(problem, checks, stores, gpu, limits) -> list[predict.Candidate]:
     """Every config this device's caches measured (at any shape and, in the same element
     type, any layout, batch or epilogue; a quantized weight's in any quantized format with
     the same activations; in this mode) and each family's known-good configs, valid at
-    `problem`, fastest predicted first; where none of this device's is valid here, what
-    GPUs like it measured (borrowed)."""
+    `problem`, fastest predicted first, with what GPUs like it measured (borrowed)."""
     runs = runs_here(limits, problem, gpu)
     usable, rates = _measured(problem, checks, stores, runs)
-    lent = [] if usable else borrowed(problem, checks, stores, gpu, runs)
+    lent = borrowed(problem, checks, stores, gpu, runs)
+    roof = predict.Roof.of(rates)
     if lent and not rates:  # this device has seen no rates: theirs are the nearest
-        rates = [e for entries, _ in lent for e in entries]
+        roof = predict.Roof.highest([other.roof for other in lent])
     seeds = [c for c in _seeds(problem, limits) if runs(c)]
     units = predict.compute_units(gpu.fingerprint.device)
-    return predict.ranked(problem, usable, seeds, units, predict.Roof.of(rates), lent)
+    return predict.ranked(problem, usable, seeds, units, roof, lent)
 
 
 def _measured(problem, checks, stores, runs) -> tuple[list[cache.Entry], list[cache.Entry]]:
@@ -118,16 +118,18 @@ def _measured(problem, checks, stores, runs) -> tuple[list[cache.Entry], list[ca
     return [e for e in typed + kin if runs(e.config)], typed or kin or measured
 
 
-def borrowed(problem, checks, stores, gpu: Gpu, runs) -> list[tuple[list, predict.Roof]]:
+def borrowed(problem, checks, stores, gpu: Gpu, runs) -> list[predict.Elsewhere]:
     """Per GPU like this one (cache.kin_devices) in the stores' folders: its entries
-    that are `problem`'s neighbours, and the roof of its rates. A GPU no tune has run on
-    (most users') starts from what was tuned on its kin rather than from seeds alone."""
+    that are `problem`'s neighbours, the roof of its rates and its multiprocessors. A GPU
+    no tune has run on (most users') starts from what was tuned on its kin rather than
+    from seeds alone, and one tuned at other shapes from what its kin tuned at this one."""
     folders = list(dict.fromkeys(store.folder for store in stores))
     lent = []
     for store in cache.kin_devices(folders, gpu.fingerprint.as_dict(), versions()):
         usable, rates = _measured(problem, checks, [store], runs)
         if usable:
-            lent.append((usable, predict.Roof.of(rates)))
+            units = predict.compute_units(store.fingerprint["device"])
+            lent.append(predict.Elsewhere(usable, predict.Roof.of(rates), units))
     return lent
 
 
@@ -146,12 +148,15 @@ def _another_quantized_format(measured_at: Problem, problem: Problem) -> bool:
 
 
 def neighbours(problem, checks, gpu: Gpu, cache_dir, templates, limits) -> list[Config]:
-    """The NEIGHBOURS configs of `templates` this device's caches measured at other
-    shapes or variants (valid here within `limits`) that predict fastest at `problem`:
-    what a tune tries first, so that a short one starts from what worked nearby. Not
-    the problem's own entries: a tune's time to a good kernel is measured from them."""
+    """The NEIGHBOURS configs of `templates` this device's caches (and its kin's,
+    borrowed) measured at other shapes or variants (valid here within `limits`) that
+    predict fastest at `problem`: what a tune tries first, so that a short one starts
+    from what worked nearby. Not this device's entries of the problem: a tune's time to
+    a good kernel is measured from them (its kin's are its best guess)."""
     ranked = _ranked(problem, checks, _stores(gpu, cache_dir), gpu, limits)
-    measured = [c.config for c in ranked if c.entry and c.entry.key.problem != problem]
+    measured = [
+        c.config for c in ranked if c.entry and (c.borrowed or c.entry.key.problem != problem)
+    ]
     return [c for c in measured if c.template in templates][:NEIGHBOURS]
 
 

@@ -20,9 +20,11 @@ further P' is from P, the less its measurement says: the distance term (a few % 
 doubling of the work, in FLOPs: shapes of equal work but other aspect are at distance
 0) ranks a config measured at a work like P's before one extrapolated from far away. A
 family's known-good configs never measured on this device are predicted at a fixed share
-of the ideal. Where this device has no entry valid at P (a GPU no tune has run on), the
-entries of other GPUs of its vendor and kind stand in (lookup.borrowed), each predicted
-at its own GPU's rates.
+of the ideal. The entries of other GPUs of this one's vendor and kind (lookup.borrowed)
+rank beside this device's own, each predicted at its own GPU's rates and multiprocessors
+and OTHER_DEVICE slower: where the device has none valid at P (a GPU no tune has run
+on) they are its measured candidates, and where its own were measured far from P an
+entry tuned at P elsewhere can outrank them.
 """
 
 from __future__ import annotations
@@ -49,9 +51,9 @@ SEED_SHARE = 0.4  # the share of the roof an unmeasured known-good config is ass
 # stores: predicted a little slower than measured, so that one measured for this variant
 # ranks first at the same prediction.
 OTHER_VARIANT = 1.25
-# A config measured on another GPU of the same kind (an H100's entry on an H200 without
-# entries valid here) is predicted from that GPU's time at that GPU's rates, and a
-# little slower, so that a config measured here ranks first at the same prediction.
+# A config measured on another GPU of the same kind (an H200's entry on an H100) is
+# predicted from that GPU's time at that GPU's rates, and a little slower, so that a
+# config measured here ranks first at the same prediction.
 OTHER_DEVICE = 1.25
 # The uncertainty of a prediction per doubling (or halving) of the work between the shape
 # measured and the shape predicted.
@@ -65,6 +67,7 @@ class Candidate:
     entry: Entry | None  # the measurement it is predicted from; None for a family's seed
     # before the roofline floor: orders candidates that the floor makes equal
     unclamped_s: float | None = None
+    borrowed: bool = False  # its entry was measured on another GPU (Elsewhere)
 
     @property
     def order(self) -> tuple[float, float]:
@@ -93,6 +96,21 @@ class Roof:
         flops = [e.key.problem.flops / e.median_s for e in entries]
         moved = [moved_bytes(e.key.problem) / e.median_s for e in entries]
         return cls(max(flops, default=1e12), max(moved, default=1e11))
+
+    @classmethod
+    def highest(cls, roofs: Sequence[Roof]) -> Roof:
+        """The fastest rates among `roofs` (other GPUs' where this one has none)."""
+        return cls(max(r.flops_per_s for r in roofs), max(r.bytes_per_s for r in roofs))
+
+
+@dataclass(frozen=True)
+class Elsewhere:
+    """Entries measured on another GPU, with the roof of that GPU's rates and its count of
+    multiprocessors: what its times are scaled by."""
+
+    entries: list[Entry]
+    roof: Roof
+    units: int
 
 
 def fill(plan: Plan, units: int) -> float:
@@ -173,23 +191,23 @@ def ranked(
     seeds: list[Config],
     units: int,
     roof: Roof,
-    borrowed: Sequence[tuple[list[Entry], Roof]] = (),
+    borrowed: Sequence[Elsewhere] = (),
 ) -> list[Candidate]:
-    """`entries` (measured elsewhere, each valid at `problem`) and `seeds` (valid, never
-    measured) as candidates for `problem`, fastest predicted first, one per config (see
-    the module's formula). `borrowed`: entries measured on other GPUs, each GPU's with
-    the roof of its own rates."""
+    """`entries` (measured at other problems, each valid at `problem`) and `seeds`
+    (valid, never measured) as candidates for `problem`, fastest predicted first, one per
+    config (see the module's formula). `borrowed`: entries measured on other GPUs."""
     candidates: dict[Config, Candidate] = {}
     variants = {p.variant for p in problem.answered_by}
-    measured = [(entries, roof, 1.0)] + [(e, r, OTHER_DEVICE) for e, r in borrowed]
-    for group, its_roof, device_penalty in measured:
-        for entry in group:
+    here = Elsewhere(entries, roof, units)
+    for gpu in [here, *borrowed]:
+        lent = gpu is not here
+        for entry in gpu.entries:
             config = entry.config
-            seconds, unclamped = predicted_seconds(entry, problem, units, its_roof)
-            penalty = device_penalty * (
+            seconds, unclamped = predicted_seconds(entry, problem, gpu.units, gpu.roof)
+            penalty = (OTHER_DEVICE if lent else 1.0) * (
                 1.0 if entry.key.problem.variant in variants else OTHER_VARIANT
             )
-            candidate = Candidate(config, seconds * penalty, entry, unclamped * penalty)
+            candidate = Candidate(config, seconds * penalty, entry, unclamped * penalty, lent)
             if config not in candidates or candidate.order < candidates[config].order:
                 candidates[config] = candidate
     for config in seeds:

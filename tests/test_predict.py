@@ -248,33 +248,47 @@ def test_a_quantized_weight_borrows_configs_measured_for_other_quantized_formats
     assert borrowed(Problem(8, 512, 256, "f16", "nt")) == set()
 
 
-def test_a_gpu_without_entries_ranks_what_gpus_of_its_kind_measured(gpu, tmp_path):
+def test_a_gpu_ranks_what_gpus_of_its_kind_measured(gpu, tmp_path, monkeypatch):
     """A GPU no tune has run on (an H100 beside the shipped H200's file) ranks the configs
-    tuned on GPUs of its vendor and kind, OTHER_DEVICE slower than they predict there;
-    never another vendor's, and none once an entry of its own is valid at the shape."""
-    from autotune.lookup import _ranked, _stores
+    tuned on GPUs of its vendor and kind, OTHER_DEVICE slower than they predict there,
+    never another vendor's; beside entries of its own, its own measurement of a config
+    ranks, and a kin's entry tuned at the shape outranks its own measured far away (and
+    is what a tune of the shape tries first)."""
+    from autotune.lookup import _ranked, _stores, neighbours
 
+    shipped = tmp_path / "shipped"  # only this test's files: none of a real GPU's
+    shipped.mkdir()
+    monkeypatch.setattr(cache, "shipped_cache_dir", lambda: shipped)
     own = gpu.fingerprint.as_dict()
     kin = own | {"device": own["device"] + " (another model)", "device_id": 1}
     stranger = kin | {"vendor": "another vendor", "vendor_id": own["vendor_id"] + 1}
-    at, big = Problem(256, 256, 256), Problem(512, 512, 512)
+    at, big, far = Problem(256, 256, 256), Problem(512, 512, 512), Problem(128, 128, 128)
     kin_config, stranger_config, own_config = load_space("blocked").seed_configs(at, gpu.limits)[:3]
     for fingerprint, config in ((kin, kin_config), (stranger, stranger_config)):
-        store = cache.DeviceCache(tmp_path, fingerprint, versions())
-        store.put(seed_entry(at, "blocked", config=config))
+        cache.DeviceCache(tmp_path, fingerprint, versions()).put(
+            seed_entry(at, "blocked", config=config)
+        )
 
-    def measured_configs():
+    def measured():
         ranked = _ranked(big, True, _stores(gpu, tmp_path), gpu, gpu.limits)
         return {c.config: c for c in ranked if c.entry}
 
-    lent = measured_configs()
-    assert set(lent) == {kin_config}
+    lent = measured()
+    assert set(lent) == {kin_config} and lent[kin_config].borrowed
     entry = lent[kin_config].entry
-    units = predict.compute_units(own["device"])
+    units = predict.compute_units(kin["device"])
     alone = predict.ranked(big, [entry], [], units, predict.Roof.of([entry]))[0]
     assert lent[kin_config].predicted_s == pytest.approx(alone.predicted_s * predict.OTHER_DEVICE)
-    cache.DeviceCache(tmp_path, own, versions()).put(seed_entry(at, "blocked", config=own_config))
-    assert set(measured_configs()) == {own_config}
+    mine = cache.DeviceCache(tmp_path, own, versions())
+    mine.put(seed_entry(at, "blocked", config=kin_config))  # the same config, timed here
+    assert not measured()[kin_config].borrowed
+    mine.put(seed_entry(far, "blocked", config=own_config, median_s=1e-3))
+    cache.DeviceCache(tmp_path, kin, versions()).put(
+        seed_entry(big, "blocked", config=stranger_config)
+    )
+    first = min(measured().values(), key=lambda c: c.order)
+    assert (first.config, first.borrowed) == (stranger_config, True)
+    assert neighbours(big, True, gpu, tmp_path, ("blocked",), gpu.limits)[0] == stranger_config
 
 
 def test_the_shipped_cache_holds_tuned_entries_only(gpu, monkeypatch):
