@@ -41,13 +41,14 @@ def git_commit() -> str:
 def record(args) -> None:
     problem = parse_shape(args.shape)
     gpu = autotune.get_gpu()
-    configs = [c for t in TEMPLATES for c in load_space(t).configs(problem, gpu.limits)]
+    templates = args.template or list(TEMPLATES)
+    configs = [c for t in templates for c in load_space(t).configs(problem, gpu.limits)]
     out = Path(args.out)
     table = json.loads(out.read_text()) if out.exists() else {}  # resume an interrupted run
     results = table.get("results", {})
     table.update(
         problem=problem.shape,
-        templates=list(TEMPLATES),
+        templates=templates,
         limits=gpu.limits,
         fingerprint=gpu.fingerprint.as_dict(),
         device=gpu.summary,
@@ -87,12 +88,26 @@ class Recorded:
     fingerprint: Fingerprint
 
 
+def stale_templates(results: dict, templates) -> list[str]:
+    """The templates whose space's parameters are not those the table's configs have
+    (a space that gained a parameter since): the search would propose configs the table
+    never measured."""
+    recorded = {row["template"]: set(row["params"]) for row in results.values()}
+    return [t for t in templates if recorded.get(t, set()) != set(load_space(t).params)]
+
+
 def replay(args) -> None:
     table = json.loads(Path(args.table).read_text())
     problem = parse_shape(table["problem"])
     device = Recorded(table["limits"], Fingerprint(**table["fingerprint"]))
     templates = args.template or table["templates"]
     results = table["results"]
+    stale = stale_templates(results, templates)
+    if stale:
+        sys.exit(
+            f"{args.table}: the table's {', '.join(stale)} configs lack parameters of the "
+            f"spaces now (or have others): record the table again with this checkout"
+        )
     times = {
         k: v["seconds"]
         for k, v in results.items()
@@ -170,6 +185,7 @@ def main(argv=None) -> int:
     rec = commands.add_parser("record")
     rec.add_argument("--shape", required=True)
     rec.add_argument("--out", required=True)
+    rec.add_argument("--template", action="append", help="record only these templates")
     rep = commands.add_parser("replay")
     rep.add_argument("table")
     rep.add_argument("--runs", type=int, default=20)

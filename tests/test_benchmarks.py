@@ -241,3 +241,23 @@ def test_no_shape_of_the_sample_is_estimated_from_seeds_alone_on_the_h200(tmp_pa
     out = run_script("shortlists.py", "--cache", str(dense), cwd=tmp_path)
     starved = [line for line in out.splitlines() if line.startswith("seeds only: ")]
     assert len(starved) == json.loads(out.splitlines()[-1])["seeds_only"] == 7 * 3 * 2 * 4
+
+
+def test_search_efficiency_replays_a_recorded_table_and_refuses_a_stale_one(gpu, tmp_path):
+    """A table of every naive config, recorded here, replays the real search loop per
+    sampler to the best within 5%; a table whose configs lack a parameter of today's
+    space (one recorded before the space grew) is refused by name, not a KeyError."""
+    table = tmp_path / "table-here-16x16x64.json"
+    run_script("search_efficiency.py", "record", "--shape", "16x16x64", "--out", str(table),
+               "--template", "naive", cwd=tmp_path)  # fmt: skip
+    run_script("search_efficiency.py", "replay", str(table), "--runs", "2", "--budget", "40",
+               cwd=tmp_path)  # fmt: skip
+    report = json.loads((tmp_path / "replay-here-16x16x64.json").read_text())
+    assert report["templates"] == ["naive"] and report["configs"] > 1
+    assert report["samplers"]["tpe"]["reached"] == report["samplers"]["random"]["reached"] == 2
+    data = json.loads(table.read_text())
+    for row in data["results"].values():
+        row["params"].pop("WX")
+    table.write_text(json.dumps(data))
+    err = run_script("search_efficiency.py", "replay", str(table), cwd=tmp_path, status=1)
+    assert "naive configs lack parameters of the spaces now" in err, err
