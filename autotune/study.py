@@ -207,6 +207,10 @@ class Study:
         self.enqueue(config)
         return self.ask()
 
+    def queued(self) -> bool:
+        """Whether enqueued configs wait to be asked (ask_for's config comes after them)."""
+        return bool(self.optuna.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+
     def enqueue(self, config: Config) -> None:
         params = {f"{config.template}.{k}": v for k, v in config.params}
         if len(self.templates) > 1:

@@ -29,7 +29,7 @@ from autotune.device import Fingerprint, versions
 from autotune.evaluate import Outcome, Replay, evaluate
 from autotune.measure import Measurement
 from autotune.problem import parse_shape
-from autotune.search import search
+from autotune.search import SAMPLERS, search
 from autotune.space import Config, load_space
 
 
@@ -135,7 +135,7 @@ def replay(args) -> None:
         "runs": args.runs,
         "samplers": {},
     }
-    for sampler in ("tpe", "random", "grid"):
+    for sampler in args.sampler or ("tpe", "random", "grid"):
         runs = 1 if sampler == "grid" else args.runs
         needed = []
         for seed in range(runs):
@@ -168,7 +168,7 @@ def replay(args) -> None:
             "trials_needed": needed,
         }
         print(sampler, report["samplers"][sampler], flush=True)
-    suffix = "-" + "-".join(args.template) if args.template else ""
+    suffix = "".join("-" + name for name in (args.template or []) + (args.sampler or []))
     stem = Path(args.table).stem.replace("table-", "replay-") + suffix
     out = Path(args.table).with_name(stem + ".json")
     out.write_text(json.dumps(report, indent=1))
@@ -191,6 +191,7 @@ def main(argv=None) -> int:
     rep.add_argument("--runs", type=int, default=20)
     rep.add_argument("--budget", type=int, default=300)
     rep.add_argument("--template", action="append", help="replay only these templates")
+    rep.add_argument("--sampler", action="append", choices=SAMPLERS, help="only these samplers")
     args = parser.parse_args(argv)
     {"record": record, "replay": replay}[args.command](args)
     return 0

@@ -297,6 +297,59 @@ def test_replayed_search_is_frugal_with_proposals(sampler):
         assert result.best.measurement.median_s <= 1.3e-3
 
 
+@pytest.mark.slow
+def test_climb_steps_from_the_best_config_measured_so_far():
+    """With the climb, each CLIMB_EVERY-th measured proposal after CLIMB_AFTER is one
+    parameter of the best config so far moved one value along its list (while the best
+    has such a step unmeasured); a step is never measured twice."""
+    from autotune.evaluate import Outcome, Replay
+    from autotune.measure import Measurement
+    from autotune.strategies.climb import CLIMB_AFTER, CLIMB_EVERY, parse_config, steps_from
+
+    def recorded(config):
+        s = _synthetic_seconds(config)
+        return Outcome(config, Measurement(s, s, s, "timestamp", 1, 1, s), error=0.0)
+
+    problem, gpu = Problem(256, 256, 256), _Recorded()
+    replay = Replay(recorded)
+    search(problem, gpu, templates=["blocked"], trials=40, sampler="climb", seed=1,
+           evaluator=replay)  # fmt: skip
+    order = replay.evaluated
+    valid = load_space("blocked").configs(problem, gpu.limits)
+    assert len(order) == len(set(order)) == 40
+    climbed = 0
+    seeds = len(load_space("blocked").seed_configs(problem, gpu.limits))
+    first_turn = -(-max(CLIMB_AFTER, seeds) // CLIMB_EVERY) * CLIMB_EVERY  # the queue asked
+    for turn in range(first_turn, len(order), CLIMB_EVERY):
+        best = min(order[:turn], key=_synthetic_seconds)
+        steps = [c for c in steps_from(best, valid) if c not in order[:turn]]
+        if steps:
+            assert order[turn] in steps, (turn, best, order[turn])
+            climbed += 1
+    assert climbed >= 5
+    text = "blocked BM=64 BN=64 TM=4"
+    assert str(parse_config(text)) == text
+
+
+def test_a_step_moves_one_parameter_to_the_next_value_of_its_list():
+    from autotune.strategies.climb import steps_from
+
+    problem = Problem(256, 256, 256)
+    space = load_space("blocked")
+    valid = space.configs(problem, _Recorded().limits)
+    config = space.seed_configs(problem, _Recorded().limits)[0]
+    steps = steps_from(config, valid)
+    assert steps and config not in steps
+    for step in steps:
+        moved = [(k, v) for k, v in step.params if v != config[k]]
+        assert len(moved) == 1
+        name, value = moved[0]
+        values = space.params[name]
+        assert abs(values.index(value) - values.index(config[name])) == 1
+    far = [c for c in valid if sum(v != config[k] for k, v in c.params) == 1]
+    assert len(far) > len(steps)  # one parameter moved further is not a step
+
+
 def test_a_trial_another_process_finished_first_is_left_to_it(tmp_path):
     """Optuna's SQLite storage can hand one enqueued trial to two processes (its pop of a
     waiting trial is not atomic there; seen with two `tune` processes starting together).

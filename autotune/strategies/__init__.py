@@ -20,6 +20,7 @@ import optuna
 
 from ..space import Config
 from ..study import Study
+from .climb import Climb
 from .grid import Grid
 from .sampled import Sampled
 
@@ -37,7 +38,7 @@ class Strategy(Protocol):
         """What became of the proposal of `config`: one of EVENTS."""
 
 
-STRATEGIES = {"tpe": Sampled.tpe, "random": Sampled.random, "grid": Grid}
+STRATEGIES = {"tpe": Sampled.tpe, "random": Sampled.random, "grid": Grid, "climb": Climb}
 
 
 def make_strategy(name: str, seed: int | None) -> Strategy:

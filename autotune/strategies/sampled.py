@@ -26,14 +26,7 @@ class Sampled:
 
     @classmethod
     def tpe(cls, seed: int | None) -> Sampled:
-        # multivariate + group model the parameters jointly per template; constant_liar
-        # keeps processes sharing a study from proposing the same point at once.
-        with warnings.catch_warnings():  # group and constant_liar are "experimental"
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            sampler = optuna.samplers.TPESampler(
-                seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=8
-            )
-        return cls(sampler, seed)
+        return cls(tpe_sampler(seed), seed)
 
     @classmethod
     def random(cls, seed: int | None) -> Sampled:
@@ -66,3 +59,13 @@ class Sampled:
             and sum(v != params[k] for k, v in c.params) == 1
         ]
         return near[self.rng.integers(len(near))] if near else None
+
+
+def tpe_sampler(seed: int | None) -> optuna.samplers.TPESampler:
+    # multivariate + group model the parameters jointly per template; constant_liar
+    # keeps processes sharing a study from proposing the same point at once.
+    with warnings.catch_warnings():  # group and constant_liar are "experimental"
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(
+            seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=8
+        )
