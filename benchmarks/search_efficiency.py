@@ -1,5 +1,6 @@
 """Search efficiency: measured trials each sampler needs to come within 5% of the best
-config of the whole space, replayed from a full timing table of one shape.
+config of the whole space, and how far from it its best is after 25, 50, ... trials,
+replayed from a full timing table of one shape.
 
     # 1. measure every valid config of every template (on the device to study)
     python benchmarks/search_efficiency.py record --shape 16x16x1024 \
@@ -14,13 +15,13 @@ GPU replaced by the table, so samplers are compared on exactly the same measurem
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import statistics
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from math import inf
 from pathlib import Path
 
 import autotune
@@ -76,10 +77,6 @@ def record(args) -> None:
     out.write_text(json.dumps(table, indent=0))
 
 
-class _Reached(Exception):
-    """Raised from the trial callback once a run has found a config within 5%."""
-
-
 @dataclass
 class Recorded:
     """Stands in for the Gpu in search(): the recorded limits and fingerprint."""
@@ -94,6 +91,48 @@ def stale_templates(results: dict, templates) -> list[str]:
     never measured."""
     recorded = {row["template"]: set(row["params"]) for row in results.values()}
     return [t for t in templates if recorded.get(t, set()) != set(load_space(t).params)]
+
+
+CHECKPOINTS = (25, 50, 100, 200, 400)  # budgets at which a run's best so far is compared
+
+
+def replayed(problem, device, templates, sampler, seed, evaluator, budget) -> list:
+    """The seconds of each measured trial of one replayed search (None: it failed), in
+    the order measured, over the whole budget."""
+    seconds = []
+
+    def on_trial(event):
+        outcome = event["outcome"]
+        seconds.append(outcome.measurement.median_s if outcome.ok else None)
+
+    search(problem, device, templates=templates, trials=budget, sampler=sampler, seed=seed,
+           evaluator=Replay(evaluator), on_trial=on_trial)  # fmt: skip
+    return seconds
+
+
+def summarised(curves: list[list], best: float) -> dict:
+    """Per sampler: the trials each run needed to come within 5% of `best` (None: not
+    within the budget) and their median, mean and worst; at each checkpoint the budget
+    reached, the median over runs of how much slower than `best` its best so far was."""
+    needed = [
+        next((i + 1 for i, s in enumerate(c) if s is not None and s <= 1.05 * best), None)
+        for c in curves
+    ]
+    reached = sorted(n for n in needed if n is not None)
+    slower = {}
+    for checkpoint in CHECKPOINTS:
+        if all(len(c) >= checkpoint for c in curves):
+            bests = [min((s for s in c[:checkpoint] if s is not None), default=inf) for c in curves]
+            slower[checkpoint] = round(statistics.median(bests) / best - 1, 4)
+    return {
+        "runs": len(curves),
+        "reached": len(reached),
+        "median": statistics.median(reached) if reached else None,
+        "mean": statistics.mean(reached) if reached else None,
+        "worst": reached[-1] if reached else None,
+        "trials_needed": needed,
+        "median_slower_than_best_at": slower,
+    }
 
 
 def replay(args) -> None:
@@ -137,36 +176,11 @@ def replay(args) -> None:
     }
     for sampler in args.sampler or ("tpe", "random", "grid"):
         runs = 1 if sampler == "grid" else args.runs
-        needed = []
-        for seed in range(runs):
-            hits = []
-
-            def on_trial(event, hits=hits):
-                if str(event["outcome"].config) in good:
-                    hits.append(event["result"].measured)
-                    raise _Reached  # the rest of the budget would change nothing
-
-            with contextlib.suppress(_Reached):
-                search(
-                    problem,
-                    device,
-                    templates=templates,
-                    trials=args.budget,
-                    sampler=sampler,
-                    seed=seed,
-                    evaluator=Replay(evaluator),
-                    on_trial=on_trial,
-                )
-            needed.append(hits[0] if hits else None)
-        reached = sorted(n for n in needed if n is not None)
-        report["samplers"][sampler] = {
-            "runs": runs,
-            "reached": len(reached),
-            "median": statistics.median(reached) if reached else None,
-            "mean": statistics.mean(reached) if reached else None,
-            "worst": reached[-1] if reached else None,
-            "trials_needed": needed,
-        }
+        curves = [
+            replayed(problem, device, templates, sampler, seed, evaluator, args.budget)
+            for seed in range(runs)
+        ]
+        report["samplers"][sampler] = summarised(curves, best)
         print(sampler, report["samplers"][sampler], flush=True)
     suffix = "".join("-" + name for name in (args.template or []) + (args.sampler or []))
     stem = Path(args.table).stem.replace("table-", "replay-") + suffix

@@ -255,6 +255,7 @@ def test_search_efficiency_replays_a_recorded_table_and_refuses_a_stale_one(gpu,
     report = json.loads((tmp_path / "replay-here-16x16x64.json").read_text())
     assert report["templates"] == ["naive"] and report["configs"] > 1
     assert report["samplers"]["tpe"]["reached"] == report["samplers"]["random"]["reached"] == 2
+    assert report["samplers"]["tpe"]["median_slower_than_best_at"]["25"] >= 0
     data = json.loads(table.read_text())
     for row in data["results"].values():
         row["params"].pop("WX")
