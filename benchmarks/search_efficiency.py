@@ -110,10 +110,11 @@ def replayed(problem, device, templates, sampler, seed, evaluator, budget) -> li
     return seconds
 
 
-def summarised(curves: list[list], best: float) -> dict:
+def summarised(curves: list[list], best: float, budget: int) -> dict:
     """Per sampler: the trials each run needed to come within 5% of `best` (None: not
-    within the budget) and their median, mean and worst; at each checkpoint the budget
-    reached, the median over runs of how much slower than `best` its best so far was."""
+    within the budget) and their median, mean and worst; at each checkpoint within the
+    budget, the median over runs of how much slower than `best` its best so far was (a
+    run that ended sooner had measured every valid config)."""
     needed = [
         next((i + 1 for i, s in enumerate(c) if s is not None and s <= 1.05 * best), None)
         for c in curves
@@ -121,7 +122,7 @@ def summarised(curves: list[list], best: float) -> dict:
     reached = sorted(n for n in needed if n is not None)
     slower = {}
     for checkpoint in CHECKPOINTS:
-        if all(len(c) >= checkpoint for c in curves):
+        if checkpoint <= budget:
             bests = [min((s for s in c[:checkpoint] if s is not None), default=inf) for c in curves]
             slower[checkpoint] = round(statistics.median(bests) / best - 1, 4)
     return {
@@ -180,7 +181,7 @@ def replay(args) -> None:
             replayed(problem, device, templates, sampler, seed, evaluator, args.budget)
             for seed in range(runs)
         ]
-        report["samplers"][sampler] = summarised(curves, best)
+        report["samplers"][sampler] = summarised(curves, best, args.budget)
         print(sampler, report["samplers"][sampler], flush=True)
     suffix = "".join("-" + name for name in (args.template or []) + (args.sampler or []))
     stem = Path(args.table).stem.replace("table-", "replay-") + suffix
