@@ -24,28 +24,32 @@ class Climb(Sampled):
     def __init__(self, seed: int | None):
         super().__init__(tpe_sampler(seed), seed)
         self.claimed = 0  # proposals measured (claimed) so far
-        self.steps: dict[str, list[Config]] = {}  # a best's steps not yet measured
+        self.steps: dict[str, list[Config]] = {}  # a best's steps not yet proposed
 
     def propose(self, study: Study, valid: Sequence[Config]) -> tuple[optuna.Trial, Config]:
         due = self.claimed >= CLIMB_AFTER and self.claimed % CLIMB_EVERY == 0
-        step = due and not study.queued() and self._step(study.history(), valid)
+        step = due and not study.queued() and self._step(study.history())
         return study.ask_for(step) if step else super().propose(study, valid)
 
     def observe(self, config: Config, event: str) -> None:
         super().observe(config, event)
         self.claimed += event == "claimed"
 
-    def _step(self, history: dict, valid: Sequence[Config]) -> Config | None:
-        """An unmeasured step from the fastest config measured so far, or None."""
+    def _step(self, history: dict) -> Config | None:
+        """A step from the fastest config measured so far, neither measured nor proposed
+        before, or None. Steps are not checked here: an invalid one is pruned by the
+        search (at no cost to the budget), which then asks again."""
         timed = {text: s for text, s in history.items() if s is not None}
         if not timed:
             return None
         best = min(timed, key=timed.get)
         if best not in self.steps:
-            found = steps_from(parse_config(best), valid)
+            found = steps_from(parse_config(best))
             self.steps[best] = [found[i] for i in self.rng.permutation(len(found))]
-        self.steps[best] = [c for c in self.steps[best] if str(c) not in history]
-        return self.steps[best][0] if self.steps[best] else None
+        pending = self.steps[best]
+        while pending and str(pending[0]) in history:
+            pending.pop(0)
+        return pending.pop(0) if pending else None
 
 
 def parse_config(text: str) -> Config:
@@ -54,18 +58,16 @@ def parse_config(text: str) -> Config:
     return Config.make(template, {k: int(v) for k, v in (p.split("=") for p in pairs)})
 
 
-def steps_from(config: Config, valid: Sequence[Config]) -> list[Config]:
-    """The valid configs one step from `config`: one parameter at the next value up or
-    down its space's list of values, the others the same."""
-    values = load_space(config.template).params
-    at = {name: values[name].index(v) for name, v in config.params if v in values[name]}
+def steps_from(config: Config) -> list[Config]:
+    """The configs one step from `config`, valid or not: one parameter at the next value
+    up or down its space's list of values, the others the same."""
+    lists = load_space(config.template).params
+    params = config.as_dict()
     found = []
-    for other in valid:
-        if other.template != config.template:
-            continue
-        moved = [(name, v) for name, v in other.params if v != config[name]]
-        if len(moved) == 1 and moved[0][0] in at:
-            name, v = moved[0]
-            if abs(values[name].index(v) - at[name]) == 1:
-                found.append(other)
+    for name, value in params.items():
+        values = lists[name]
+        at = values.index(value)
+        for moved in (at - 1, at + 1):
+            if 0 <= moved < len(values):
+                found.append(Config.make(config.template, params | {name: values[moved]}))
     return found
