@@ -78,6 +78,12 @@ class Config:
                 raise SpaceError(f"parameter {name} must be an integer, got {value!r:.40}")
         return cls(template, tuple(sorted((k, int(v)) for k, v in params.items())))
 
+    @classmethod
+    def parse(cls, text: str) -> Config:
+        """The config of its text (str(config): "blocked BK=16 BM=128 ...")."""
+        template, *pairs = text.split()
+        return cls.make(template, {k: int(v) for k, v in (p.split("=") for p in pairs)})
+
     def as_dict(self) -> dict[str, int]:
         return dict(self.params)
 

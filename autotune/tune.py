@@ -70,7 +70,7 @@ class TuneOptions:
     timeout: float | None = None  # seconds of search per problem
     templates: tuple[str, ...] | None = None  # None: the built-in ones that compute it
     checks: bool = True  # wgpu's runtime checks on (as in browsers) or off
-    sampler: str = "tpe"  # the strategy: tpe, random or grid (autotune.strategies)
+    sampler: str = "tpe"  # the strategy: tpe, random, grid or climb (autotune.strategies)
     storage: object = None  # an Optuna storage (URL or object): shared, resumable studies
     cache_dir: Path | None = None  # None: cache.default_cache_dir()
     seed: int | None = None  # the sampler's and the verification data's

@@ -1,6 +1,7 @@
-"""Does a short tune reach a long one? Per shape, a tune of SHORT seconds and one of LONG
-seconds, each into a cache of its own, then both kernels timed back to back on the same
-data in alternating rounds: gap = short / long - 1 (within 3%: gap <= 0.03).
+"""Does a short tune reach a long one? Per shape, a tune of SHORT seconds (with
+`--sampler`, default tpe) and one of LONG seconds, each into a cache of its own, then
+both kernels timed back to back on the same data in alternating rounds: gap = short /
+long - 1 (within 3%: gap <= 0.03).
 
     python benchmarks/short_vs_long.py --shape 2048x2048x2048 --shape 64x11008x4096 \
         --shape 1x4096x4096 --short 60 --long 600 --chunk 280 --out DIR
@@ -35,19 +36,20 @@ from timing import verified, wgsl_timing  # noqa: E402
 import autotune  # noqa: E402
 from autotune.lookup import forget  # noqa: E402
 from autotune.problem import parse_shape  # noqa: E402
+from autotune.search import SAMPLERS  # noqa: E402
 from autotune.space import Config  # noqa: E402
 from autotune.verify import Reference  # noqa: E402
 
 ROUNDS = 3  # alternating rounds of timing per kernel
 
 
-def tune_for(problem, seconds: float, folder: Path, storage: str | None, gpu):
+def tune_for(problem, seconds: float, folder: Path, storage: str | None, gpu, sampler="tpe"):
     """Tune `problem` for `seconds` of search into `folder`: the wall time it took, and
     the configs the search tried first (measured at other shapes)."""
     started = time.monotonic()
     result = autotune.tune(
         **problem.arguments, trials=None, timeout=seconds, checks=False,
-        cache_dir=folder, storage=storage, gpu=gpu,
+        cache_dir=folder, storage=storage, gpu=gpu, sampler=sampler,
     )  # fmt: skip
     return time.monotonic() - started, [str(c) for c in result.search.first]
 
@@ -59,9 +61,9 @@ def advance(problem, args, state: dict, budget: float, gpu) -> float:
     done = state.setdefault(shape, {"short_s": 0.0, "long_s": 0.0, "wall_s": {}})
     if not done["short_s"]:
         done["wall_s"]["short"], done["seeded_with"] = tune_for(
-            problem, args.short, args.out / f"short-{shape}", None, gpu
+            problem, args.short, args.out / f"short-{shape}", None, gpu, args.sampler
         )
-        done["short_s"] = args.short
+        done["short_s"], done["short_sampler"] = args.short, args.sampler
     if args.long_from is not None:  # searched in the earlier run, for as long as it was
         earlier = args.long_from[str(problem)]["tuning"]
         done["long_s"], done["long_from_earlier_run"] = earlier["long_s"], True
@@ -77,16 +79,10 @@ def advance(problem, args, state: dict, budget: float, gpu) -> float:
     return left
 
 
-def parse_config(text: str) -> Config:
-    """A Config from its str(): "blocked BK=16 BM=128 ..."."""
-    template, *params = text.split()
-    return Config.make(template, {k: int(v) for k, v in (p.split("=") for p in params)})
-
-
 def tuned_config(problem, name: str, args, gpu) -> Config:
     """The config the `name` tune of `problem` kept (a long one given by --long-from)."""
     if name == "long" and args.long_from is not None:
-        return parse_config(args.long_from[str(problem)]["long_config"])
+        return Config.parse(args.long_from[str(problem)]["long_config"])
     forget()
     kernel = autotune.lookup(**problem.arguments, checks=False, gpu=gpu, estimate=False,
                              cache_dir=args.out / f"{name}-{problem.shape}")  # fmt: skip
@@ -142,6 +138,8 @@ def main(argv=None) -> int:
                         help="seconds of long search in this run (default: all of it)")  # fmt: skip
     parser.add_argument("--long-from", type=Path, metavar="ROWS",
                         help="an earlier run's rows.json: its long configs, re-timed")  # fmt: skip
+    parser.add_argument("--sampler", default="tpe", choices=SAMPLERS,
+                        help="the short tune's strategy (the long one's is tpe)")  # fmt: skip
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     if not 0 < args.short <= args.long:

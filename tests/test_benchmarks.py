@@ -197,11 +197,13 @@ def test_short_tune_is_timed_against_an_earlier_runs_long_config(gpu, cache_dir,
     store.put(seed_entry(nearby, "blocked", checks=False))
     (neighbour,) = [e.config for e in store.entries().values()]
     out = run_script("short_vs_long.py", "--shape", "24x20x16", "--short", "1",
-                     "--long-from", "earlier.json", "--out", "d", cwd=tmp_path)  # fmt: skip
+                     "--sampler", "climb", "--long-from", "earlier.json", "--out", "d",
+                     cwd=tmp_path)  # fmt: skip
     (row,) = json.loads((tmp_path / "d" / "rows.json").read_text())
     assert row["long_config"] == long_config and row["long_kernel_s"] > 0
     assert row["tuning"]["long_s"] == 300.0 and row["tuning"]["long_from_earlier_run"]
     assert row["tuning"]["seeded_with"] == [str(neighbour)]
+    assert row["tuning"]["short_sampler"] == "climb"
     assert not (tmp_path / "d" / "long-24x20x16").exists()  # nothing searched for it
     assert "| 24x20x16 f32 nn |" in out and "not finished" not in out
     for other in (["--shape", "8x8x8"], ["--shape", "24x20x16", "--layout", "nt"]):

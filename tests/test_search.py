@@ -304,7 +304,7 @@ def test_climb_steps_from_the_best_config_measured_so_far():
     has such a step unmeasured); a step is never measured twice."""
     from autotune.evaluate import Outcome, Replay
     from autotune.measure import Measurement
-    from autotune.strategies.climb import CLIMB_AFTER, CLIMB_EVERY, parse_config, steps_from
+    from autotune.strategies.climb import CLIMB_AFTER, CLIMB_EVERY, steps_from
 
     def recorded(config):
         s = _synthetic_seconds(config)
@@ -328,7 +328,7 @@ def test_climb_steps_from_the_best_config_measured_so_far():
             climbed += 1
     assert climbed >= 5
     text = "blocked BM=64 BN=64 TM=4"
-    assert str(parse_config(text)) == text
+    assert str(Config.parse(text)) == text
 
 
 def test_a_step_moves_one_parameter_to_the_next_value_of_its_list():

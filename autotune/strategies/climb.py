@@ -44,18 +44,12 @@ class Climb(Sampled):
             return None
         best = min(timed, key=timed.get)
         if best not in self.steps:
-            found = steps_from(parse_config(best))
+            found = steps_from(Config.parse(best))
             self.steps[best] = [found[i] for i in self.rng.permutation(len(found))]
         pending = self.steps[best]
         while pending and str(pending[0]) in history:
             pending.pop(0)
         return pending.pop(0) if pending else None
-
-
-def parse_config(text: str) -> Config:
-    """The config of its text (Config.__str__: "template NAME=VALUE ...")."""
-    template, *pairs = text.split()
-    return Config.make(template, {k: int(v) for k, v in (p.split("=") for p in pairs)})
 
 
 def steps_from(config: Config) -> list[Config]:
