@@ -93,7 +93,7 @@ def search(
     """Search the templates' spaces for the fastest correct kernel of `problem`.
 
     `storage` is an Optuna storage (object or URL; None keeps the study in memory).
-    `sampler` names the strategy (autotune.strategies: tpe, random, grid).
+    `sampler` names the strategy (autotune.strategies: tpe, random, grid, climb).
     A candidate whose one dispatch takes longer than `max_dispatch_s` (default: 50x the
     best so far, at least 1 s) is recorded as a timeout. `evaluator` measures the
     configs (autotune.evaluate.Evaluator): without one, a Worker is started for this

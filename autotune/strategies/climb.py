@@ -16,7 +16,8 @@ from ..study import Study
 from .sampled import Sampled, tpe_sampler
 
 CLIMB_EVERY = 3  # one measured proposal in three is a step from the best
-CLIMB_AFTER = 8  # measured proposals before the first step (TPE's start); and never
+CLIMB_AFTER = 8  # measured proposals before a step may come (the first due turn after
+# them: claims counted by this process, a multiple of CLIMB_EVERY); and never
 # while the study's queue (the seeds, a tune's first configs) is not yet asked
 
 
@@ -44,7 +45,10 @@ class Climb(Sampled):
             return None
         best = min(timed, key=timed.get)
         if best not in self.steps:
-            found = steps_from(Config.parse(best))
+            try:  # a shared study may hold a foreign trial's text: no steps from it
+                found = steps_from(Config.parse(best))
+            except (ValueError, KeyError):
+                found = []
             self.steps[best] = [found[i] for i in self.rng.permutation(len(found))]
         pending = self.steps[best]
         while pending and str(pending[0]) in history:
