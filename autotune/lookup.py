@@ -92,20 +92,24 @@ def _ranked(problem, checks, stores, gpu, limits) -> list[predict.Candidate]:
     the same activations; in this mode) and each family's known-good configs, valid at
     `problem`, fastest predicted first, with what GPUs like it measured (borrowed)."""
     runs = runs_here(limits, problem, gpu)
-    usable, rates = _measured(problem, checks, stores, runs)
+    usable, rates, measured = _measured(problem, checks, stores, runs)
     lent = borrowed(problem, checks, stores, gpu, runs)
-    roof = predict.Roof.of(rates)
-    if lent and not rates:  # this device has seen no rates: theirs are the nearest
+    if rates:
+        roof = predict.Roof.of(rates)
+    elif lent:  # none of this arithmetic measured here: the kin's rates are the nearest
         roof = predict.Roof.highest([other.roof for other in lent])
+    else:
+        roof = predict.Roof.of(measured)
     seeds = [c for c in _seeds(problem, limits) if runs(c)]
     units = predict.compute_units(gpu.fingerprint.device)
     return predict.ranked(problem, usable, seeds, units, roof, lent)
 
 
-def _measured(problem, checks, stores, runs) -> tuple[list[cache.Entry], list[cache.Entry]]:
+def _measured(problem, checks, stores, runs) -> tuple[list[cache.Entry], ...]:
     """The tuned entries of `stores` that are `problem`'s neighbours (valid here, its
-    element type or another quantized format of its activations), and those whose rates
-    make the roof (its arithmetic's; else the kin formats'; else any)."""
+    element type or another quantized format of its activations), those whose rates make
+    the roof (its arithmetic's, else the kin formats'; none if neither is measured) and
+    every tuned entry of the mode."""
     measured = [
         e
         for store in stores
@@ -115,10 +119,10 @@ def _measured(problem, checks, stores, runs) -> tuple[list[cache.Entry], list[ca
     # each arithmetic its own roof: f16 runs faster, int8 dot products faster still
     typed = [e for e in measured if e.key.problem.arithmetic == problem.arithmetic]
     kin = [e for e in measured if _another_quantized_format(e.key.problem, problem)]
-    return [e for e in typed + kin if runs(e.config)], typed or kin or measured
+    return [e for e in typed + kin if runs(e.config)], typed or kin, measured
 
 
-def borrowed(problem, checks, stores, gpu: Gpu, runs) -> list[predict.Elsewhere]:
+def borrowed(problem, checks, stores, gpu: Gpu, runs) -> list[predict.MeasuredOn]:
     """Per GPU like this one (cache.kin_devices) in the stores' folders: its entries
     that are `problem`'s neighbours, the roof of its rates and its multiprocessors. A GPU
     no tune has run on (most users') starts from what was tuned on its kin rather than
@@ -126,10 +130,10 @@ def borrowed(problem, checks, stores, gpu: Gpu, runs) -> list[predict.Elsewhere]
     folders = list(dict.fromkeys(store.folder for store in stores))
     lent = []
     for store in cache.kin_devices(folders, gpu.fingerprint.as_dict(), versions()):
-        usable, rates = _measured(problem, checks, [store], runs)
+        usable, rates, _ = _measured(problem, checks, [store], runs)
         if usable:
             units = predict.compute_units(store.fingerprint["device"])
-            lent.append(predict.Elsewhere(usable, predict.Roof.of(rates), units))
+            lent.append(predict.MeasuredOn(usable, predict.Roof.of(rates), units))
     return lent
 
 
@@ -153,10 +157,15 @@ def neighbours(problem, checks, gpu: Gpu, cache_dir, templates, limits) -> list[
     predict fastest at `problem`: what a tune tries first, so that a short one starts
     from what worked nearby. Not this device's entries of the problem: a tune's time to
     a good kernel is measured from them (its kin's are its best guess)."""
-    ranked = _ranked(problem, checks, _stores(gpu, cache_dir), gpu, limits)
-    measured = [
-        c.config for c in ranked if c.entry and (c.borrowed or c.entry.key.problem != problem)
-    ]
+    stores = _stores(gpu, cache_dir)
+    timed_here = {
+        e.config
+        for store in stores
+        for e in store.entries().values()
+        if e.key.problem == problem and e.key.checks == checks
+    }  # (a kin's copy of one of these may outrank this device's: still not a neighbour)
+    ranked = _ranked(problem, checks, stores, gpu, limits)
+    measured = [c.config for c in ranked if c.entry and c.config not in timed_here]
     return [c for c in measured if c.template in templates][:NEIGHBOURS]
 
 

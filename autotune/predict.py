@@ -21,10 +21,11 @@ doubling of the work, in FLOPs: shapes of equal work but other aspect are at dis
 0) ranks a config measured at a work like P's before one extrapolated from far away. A
 family's known-good configs never measured on this device are predicted at a fixed share
 of the ideal. The entries of other GPUs of this one's vendor and kind (lookup.borrowed)
-rank beside this device's own, each predicted at its own GPU's rates and multiprocessors
-and OTHER_DEVICE slower: where the device has none valid at P (a GPU no tune has run
-on) they are its measured candidates, and where its own were measured far from P an
-entry tuned at P elsewhere can outrank them.
+rank beside this device's own, OTHER_DEVICE slower, their ideal(P') at their GPU's rates
+and multiprocessors and ideal(P) at this one's: an H200's time at a memory-bound shape
+becomes an H100's through the two bandwidths. Where the device has none valid at P (a
+GPU no tune has run on) they are its measured candidates, and where its own were
+measured far from P an entry tuned at P elsewhere can outrank them.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class Candidate:
     entry: Entry | None  # the measurement it is predicted from; None for a family's seed
     # before the roofline floor: orders candidates that the floor makes equal
     unclamped_s: float | None = None
-    borrowed: bool = False  # its entry was measured on another GPU (Elsewhere)
+    borrowed: bool = False  # its entry was measured on another GPU
 
     @property
     def order(self) -> tuple[float, float]:
@@ -104,8 +105,8 @@ class Roof:
 
 
 @dataclass(frozen=True)
-class Elsewhere:
-    """Entries measured on another GPU, with the roof of that GPU's rates and its count of
+class MeasuredOn:
+    """Entries measured on one GPU, with the roof of that GPU's rates and its count of
     multiprocessors: what its times are scaled by."""
 
     entries: list[Entry]
@@ -173,16 +174,16 @@ def floor_seconds(problem: Problem, roof: Roof) -> float:
     return max(problem.flops / roof.flops_per_s, moved_bytes(problem) / roof.bytes_per_s)
 
 
-def predicted_seconds(entry: Entry, problem: Problem, units: int, roof: Roof) -> tuple:
-    """The measured config of `entry` at `problem` (the module's formula), and the same
-    before the floor."""
+def predicted_seconds(entry: Entry, problem: Problem, here: MeasuredOn, there: MeasuredOn):
+    """The config of `entry`, measured on the GPU `there` (`here` itself for its own), at
+    `problem` on the GPU `here` (the module's formula), and the same before the floor."""
     config, measured_at = entry.config, entry.key.problem
-    scale = ideal_seconds(config, problem, units, roof) / ideal_seconds(
-        config, measured_at, units, roof
+    scale = ideal_seconds(config, problem, here.units, here.roof) / ideal_seconds(
+        config, measured_at, there.units, there.roof
     )
     extrapolated = 1 + distance(problem, measured_at)
     unclamped = entry.median_s * scale * extrapolated
-    return max(unclamped, floor_seconds(problem, roof) * extrapolated), unclamped
+    return max(unclamped, floor_seconds(problem, here.roof) * extrapolated), unclamped
 
 
 def ranked(
@@ -191,19 +192,19 @@ def ranked(
     seeds: list[Config],
     units: int,
     roof: Roof,
-    borrowed: Sequence[Elsewhere] = (),
+    borrowed: Sequence[MeasuredOn] = (),
 ) -> list[Candidate]:
     """`entries` (measured at other problems, each valid at `problem`) and `seeds`
     (valid, never measured) as candidates for `problem`, fastest predicted first, one per
     config (see the module's formula). `borrowed`: entries measured on other GPUs."""
     candidates: dict[Config, Candidate] = {}
     variants = {p.variant for p in problem.answered_by}
-    here = Elsewhere(entries, roof, units)
-    for gpu in [here, *borrowed]:
-        lent = gpu is not here
-        for entry in gpu.entries:
+    here = MeasuredOn(entries, roof, units)
+    for there in [here, *borrowed]:
+        lent = there is not here
+        for entry in there.entries:
             config = entry.config
-            seconds, unclamped = predicted_seconds(entry, problem, gpu.units, gpu.roof)
+            seconds, unclamped = predicted_seconds(entry, problem, here, there)
             penalty = (OTHER_DEVICE if lent else 1.0) * (
                 1.0 if entry.key.problem.variant in variants else OTHER_VARIANT
             )

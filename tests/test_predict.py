@@ -252,8 +252,9 @@ def test_a_gpu_ranks_what_gpus_of_its_kind_measured(gpu, tmp_path, monkeypatch):
     """A GPU no tune has run on (an H100 beside the shipped H200's file) ranks the configs
     tuned on GPUs of its vendor and kind, OTHER_DEVICE slower than they predict there,
     never another vendor's; beside entries of its own, its own measurement of a config
-    ranks, and a kin's entry tuned at the shape outranks its own measured far away (and
-    is what a tune of the shape tries first)."""
+    ranks, and a kin's entry tuned at the shape outranks its own measured far away at
+    the same rates (and is what a tune of the shape tries first, unless this GPU timed
+    that config there too)."""
     from autotune.lookup import _ranked, _stores, neighbours
 
     shipped = tmp_path / "shipped"  # only this test's files: none of a real GPU's
@@ -283,12 +284,32 @@ def test_a_gpu_ranks_what_gpus_of_its_kind_measured(gpu, tmp_path, monkeypatch):
     mine.put(seed_entry(at, "blocked", config=kin_config))  # the same config, timed here
     assert not measured()[kin_config].borrowed
     mine.put(seed_entry(far, "blocked", config=own_config, median_s=1e-3))
-    cache.DeviceCache(tmp_path, kin, versions()).put(
-        seed_entry(big, "blocked", config=stranger_config)
-    )
+    theirs = cache.DeviceCache(tmp_path, kin, versions())
+    theirs.put(seed_entry(big, "blocked", config=stranger_config))
+    # the fastest rates both GPUs measured, the same (a decode kernel, invalid at big):
+    # the kin's times count here as they are
+    for store in (mine, theirs):
+        store.put(seed_entry(Problem(1, 4096, 4096, layout="nt"), "gemv", median_s=1e-5))
     first = min(measured().values(), key=lambda c: c.order)
     assert (first.config, first.borrowed) == (stranger_config, True)
     assert neighbours(big, True, gpu, tmp_path, ("blocked",), gpu.limits)[0] == stranger_config
+    # timed here at the shape too, slower than the kin's copy: no longer a neighbour
+    mine.put(seed_entry(big, "blocked", config=stranger_config, median_s=1e-3))
+    assert min(measured().values(), key=lambda c: c.order).borrowed
+    assert stranger_config not in neighbours(big, True, gpu, tmp_path, ("blocked",), gpu.limits)
+
+
+def test_a_borrowed_time_is_converted_to_this_gpus_rates():
+    """An entry another GPU measured at a memory-bound shape is predicted here through the
+    two GPUs' bandwidths: at half its bandwidth, twice its time (OTHER_DEVICE slower)."""
+    at = Problem(1, 4096, 4096, layout="nt")
+    entry = seed_entry(at, "gemv", median_s=1e-4)
+    theirs = predict.Roof(flops_per_s=60e12, bytes_per_s=4e12)
+    ours = predict.Roof(flops_per_s=60e12, bytes_per_s=2e12)
+    there = predict.MeasuredOn([entry], theirs, 132)
+    [lent] = predict.ranked(at, [], [], 132, ours, [there])
+    assert lent.borrowed
+    assert lent.predicted_s == pytest.approx(2e-4 * predict.OTHER_DEVICE)
 
 
 def test_the_shipped_cache_holds_tuned_entries_only(gpu, monkeypatch):
