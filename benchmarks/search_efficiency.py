@@ -85,12 +85,19 @@ class Recorded:
     fingerprint: Fingerprint
 
 
-def stale_templates(results: dict, templates) -> list[str]:
-    """The templates whose space's parameters are not those the table's configs have
-    (a space that gained a parameter since): the search would propose configs the table
-    never measured."""
-    recorded = {row["template"]: set(row["params"]) for row in results.values()}
-    return [t for t in templates if recorded.get(t, set()) != set(load_space(t).params)]
+def stale_templates(results: dict, templates, problem, limits: dict) -> list[str]:
+    """The templates whose space's valid configs at `problem` are not those the table
+    measured (a space that gained a parameter or a value since, or lost one): the
+    search would propose configs the table never measured, or the table's best would
+    be one the search cannot propose."""
+    recorded: dict[str, set] = {}
+    for text, row in results.items():
+        recorded.setdefault(row["template"], set()).add(text)
+    return [
+        t
+        for t in templates
+        if recorded.get(t, set()) != {str(c) for c in load_space(t).configs(problem, limits)}
+    ]
 
 
 CHECKPOINTS = (25, 50, 100, 200, 400)  # budgets at which a run's best so far is compared
@@ -142,11 +149,11 @@ def replay(args) -> None:
     device = Recorded(table["limits"], Fingerprint(**table["fingerprint"]))
     templates = args.template or table["templates"]
     results = table["results"]
-    stale = stale_templates(results, templates)
+    stale = stale_templates(results, templates, problem, table["limits"])
     if stale:
         sys.exit(
-            f"{args.table}: the table's {', '.join(stale)} configs lack parameters of the "
-            f"spaces now (or have others): record the table again with this checkout"
+            f"{args.table}: the table's {', '.join(stale)} configs are not the valid "
+            f"configs of the spaces now: record the table again with this checkout"
         )
     times = {
         k: v["seconds"]

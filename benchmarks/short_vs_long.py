@@ -79,6 +79,17 @@ def advance(problem, args, state: dict, budget: float, gpu) -> float:
     return left
 
 
+def other_short_tunes(state: dict, args) -> list[str]:
+    """The shapes whose short tune in `state` (an earlier run into the same --out) had
+    another sampler or length than this run's: resuming would compare unlike tunes."""
+    return [
+        f"{shape}: {done.get('short_sampler', 'tpe')}, {done['short_s']:g} s"
+        for shape, done in state.items()
+        if done["short_s"]
+        and (done.get("short_sampler", "tpe"), done["short_s"]) != (args.sampler, args.short)
+    ]
+
+
 def tuned_config(problem, name: str, args, gpu) -> Config:
     """The config the `name` tune of `problem` kept (a long one given by --long-from)."""
     if name == "long" and args.long_from is not None:
@@ -154,6 +165,10 @@ def main(argv=None) -> int:
     state_file, rows_file = args.out / "state.json", args.out / "rows.json"
     state = json.loads(state_file.read_text()) if state_file.exists() else {}
     rows = json.loads(rows_file.read_text()) if rows_file.exists() else []
+    other = other_short_tunes(state, args)
+    if other:
+        parser.error(f"{args.out} holds short tunes of other settings ({', '.join(other)}): "
+                     f"give another --out")  # fmt: skip
     gpu = autotune.get_gpu()
     budget = args.chunk if args.chunk else args.long * len(args.shape)
     for shape in args.shape:

@@ -16,6 +16,7 @@ from autotune.verify import Reference
 BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
+import search_efficiency  # noqa: E402
 import shapes  # noqa: E402
 import timing  # noqa: E402
 
@@ -113,3 +114,23 @@ def test_bytes_moved_are_the_operands_once_in_the_dtype():
     f16 = Problem(2, 3, 4, "f16", layout="nt", batch=2, shared_b=True)
     assert timing.min_bytes(f16) == 2 * (2 * 2 * 4 + 3 * 4 + 2 * 2 * 3)
     assert timing.cublas_bytes(f16) == 2 * timing.min_bytes(f16)
+
+
+def test_search_efficiency_summary_counts_trials_to_the_best_and_gaps_at_checkpoints():
+    """Per run, the first trial within 5% of the best (None where none was); at each
+    checkpoint within the budget, the median over runs of the best so far's gap."""
+    best = 1.0
+    curves = [
+        [2.0, None, 1.04] + [1.5] * 47,  # within 5% at trial 3
+        [None] * 30 + [1.2] * 20,  # best 1.2 from trial 31; never within 5%
+        [3.0] * 24 + [1.0] + [2.0] * 25,  # the best itself at trial 25
+    ]
+    summary = search_efficiency.summarised(curves, best, budget=50)
+    assert summary["trials_needed"] == [3, None, 25]
+    assert (summary["runs"], summary["reached"], summary["worst"]) == (3, 2, 25)
+    assert summary["median"] == summary["mean"] == 14
+    # At 25 trials the runs' bests are 1.04, none (inf) and 1.0; at 50: 1.04, 1.2, 1.0.
+    assert summary["median_slower_than_best_at"] == {25: 0.04, 50: 0.04}
+    none_reached = search_efficiency.summarised([[2.0, None]], best, budget=2)
+    assert none_reached["reached"] == 0 and none_reached["median"] is None
+    assert none_reached["median_slower_than_best_at"] == {}  # no checkpoint within 2 trials

@@ -181,7 +181,8 @@ def test_short_against_long_tune_resumes_the_long_one_across_runs(gpu, cache_dir
 def test_short_tune_is_timed_against_an_earlier_runs_long_config(gpu, cache_dir, tmp_path):
     """--long-from: the long tune is not run again (however long it searched); its config,
     read from the earlier row of the same problem, is timed beside the new short tune, and
-    the row names the configs measured at other shapes that the short tune started from."""
+    the row names the configs measured at other shapes that the short tune started from.
+    The same folder resumed with another sampler is refused."""
     from entries import seed_entry
 
     from autotune import cache
@@ -206,6 +207,10 @@ def test_short_tune_is_timed_against_an_earlier_runs_long_config(gpu, cache_dir,
     assert row["tuning"]["short_sampler"] == "climb"
     assert not (tmp_path / "d" / "long-24x20x16").exists()  # nothing searched for it
     assert "| 24x20x16 f32 nn |" in out and "not finished" not in out
+    resumed = run_script("short_vs_long.py", "--shape", "24x20x16", "--short", "1",
+                         "--long-from", "earlier.json", "--out", "d", cwd=tmp_path,
+                         status=2)  # fmt: skip
+    assert "holds short tunes of other settings (24x20x16: climb, 1 s)" in resumed, resumed
     for other in (["--shape", "8x8x8"], ["--shape", "24x20x16", "--layout", "nt"]):
         refused = run_script("short_vs_long.py", *other, "--long-from", "earlier.json",
                              "--out", "e", cwd=tmp_path, status=2)  # fmt: skip
@@ -247,8 +252,8 @@ def test_no_shape_of_the_sample_is_estimated_from_seeds_alone_on_the_h200(tmp_pa
 
 def test_search_efficiency_replays_a_recorded_table_and_refuses_a_stale_one(gpu, tmp_path):
     """A table of every naive config, recorded here, replays the real search loop per
-    sampler to the best within 5%; a table whose configs lack a parameter of today's
-    space (one recorded before the space grew) is refused by name, not a KeyError."""
+    sampler to the best within 5%; a table that lacks a valid config of today's space
+    (one recorded before the space grew) is refused by name, not a KeyError."""
     table = tmp_path / "table-here-16x16x64.json"
     run_script("search_efficiency.py", "record", "--shape", "16x16x64", "--out", str(table),
                "--template", "naive", cwd=tmp_path)  # fmt: skip
@@ -257,10 +262,8 @@ def test_search_efficiency_replays_a_recorded_table_and_refuses_a_stale_one(gpu,
     report = json.loads((tmp_path / "replay-here-16x16x64.json").read_text())
     assert report["templates"] == ["naive"] and report["configs"] > 1
     assert report["samplers"]["tpe"]["reached"] == report["samplers"]["random"]["reached"] == 2
-    assert report["samplers"]["tpe"]["median_slower_than_best_at"]["25"] >= 0
     data = json.loads(table.read_text())
-    for row in data["results"].values():
-        row["params"].pop("WX")
+    data["results"].pop(next(iter(data["results"])))
     table.write_text(json.dumps(data))
     err = run_script("search_efficiency.py", "replay", str(table), cwd=tmp_path, status=1)
-    assert "naive configs lack parameters of the spaces now" in err, err
+    assert "naive configs are not the valid configs of the spaces now" in err, err

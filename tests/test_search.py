@@ -331,6 +331,23 @@ def test_climb_steps_from_the_best_config_measured_so_far():
     assert str(Config.parse(text)) == text
 
 
+def test_the_climbs_steps_that_give_nothing_are_not_the_samplers_idle_asks():
+    """An invalid or taken step leaves the sampler's count of idle asks (after
+    MAX_IDLE_ASKS of those it picks a random config itself) as it was; the sampler's
+    own invalid proposals still count."""
+    from autotune.strategies.climb import Climb
+
+    config = load_space("blocked").seed_configs(Problem(256, 256, 256), _Recorded().limits)[0]
+    climb = Climb(seed=0)
+    climb.observe(config, "invalid")  # the sampler's proposal
+    climb.stepped = True  # as propose() sets it when it hands out a step
+    climb.observe(config, "invalid")
+    climb.observe(config, "taken")
+    assert climb.idle == 1
+    climb.observe(config, "claimed")
+    assert climb.idle == 0 and climb.claimed == 1
+
+
 def test_a_step_moves_one_parameter_to_the_next_value_of_its_list():
     from autotune.strategies.climb import steps_from
 

@@ -13,12 +13,13 @@ import optuna
 
 from ..space import Config, load_space
 from ..study import Study
-from .sampled import Sampled, tpe_sampler
+from .sampled import TPE_STARTUP, Sampled, tpe_sampler
 
 CLIMB_EVERY = 3  # one measured proposal in three is a step from the best
-CLIMB_AFTER = 8  # measured proposals before a step may come (the first due turn after
-# them: claims counted by this process, a multiple of CLIMB_EVERY); and never
-# while the study's queue (the seeds, a tune's first configs) is not yet asked
+CLIMB_AFTER = TPE_STARTUP  # measured proposals before a step may come: once TPE models
+# (the first due turn after them: claims counted by this process, a multiple of
+# CLIMB_EVERY); and never while the study's queue (the seeds, a tune's first configs)
+# is not yet asked
 
 
 class Climb(Sampled):
@@ -26,14 +27,19 @@ class Climb(Sampled):
         super().__init__(tpe_sampler(seed), seed)
         self.claimed = 0  # proposals measured (claimed) so far
         self.steps: dict[str, list[Config]] = {}  # a best's steps not yet proposed
+        self.stepped = False  # the last proposal was a step
 
     def propose(self, study: Study, valid: Sequence[Config]) -> tuple[optuna.Trial, Config]:
         due = self.claimed >= CLIMB_AFTER and self.claimed % CLIMB_EVERY == 0
         step = due and not study.queued() and self._step(study.history())
+        self.stepped = bool(step)
         return study.ask_for(step) if step else super().propose(study, valid)
 
     def observe(self, config: Config, event: str) -> None:
-        super().observe(config, event)
+        # A step that gave nothing to measure is the climb's, not the sampler's: it
+        # does not count toward the sampler's idle asks (nor its repeats).
+        if not self.stepped or event == "claimed":
+            super().observe(config, event)
         self.claimed += event == "claimed"
 
     def _step(self, history: dict) -> Config | None:

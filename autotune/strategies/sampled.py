@@ -15,6 +15,7 @@ from ..space import Config
 from ..study import Study
 
 MAX_IDLE_ASKS = 50  # invalid or taken proposals in a row before we pick a config ourselves
+TPE_STARTUP = 8  # TPE's random proposals before its model takes over
 
 
 class Sampled:
@@ -67,5 +68,6 @@ def tpe_sampler(seed: int | None) -> optuna.samplers.TPESampler:
     with warnings.catch_warnings():  # group and constant_liar are "experimental"
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.TPESampler(
-            seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=8
-        )
+            seed=seed, multivariate=True, group=True, constant_liar=True,
+            n_startup_trials=TPE_STARTUP,
+        )  # fmt: skip
