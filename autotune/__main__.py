@@ -45,7 +45,7 @@ from .problem import (
     parse_shape,
     problems_from_file,
 )
-from .search import SAMPLERS
+from .search import DEFAULT_STRATEGY, SAMPLERS
 from .space import SpaceError, template_names
 from .worker import WorkerError
 
@@ -232,7 +232,10 @@ def _tune_parser(commands) -> None:
         help="template(s) to search (default: all)",
     )
     tune.add_argument(
-        "--sampler", default="tpe", choices=list(SAMPLERS), help="Optuna sampler (default tpe)"
+        "--sampler",
+        default=DEFAULT_STRATEGY,
+        choices=list(SAMPLERS),
+        help=f"search strategy (default {DEFAULT_STRATEGY})",
     )
     tune.add_argument(
         "--storage",

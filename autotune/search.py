@@ -48,7 +48,7 @@ from .device import Gpu
 from .evaluate import Evaluator, Outcome, reference_seed
 from .problem import Problem
 from .space import Config, load_space
-from .strategies import STRATEGIES, make_strategy
+from .strategies import DEFAULT_STRATEGY, STRATEGIES, make_strategy
 from .study import Study, study_attrs, study_name
 from .worker import Worker, WorkerError
 
@@ -81,7 +81,7 @@ def search(
     trials: int | None = 30,
     timeout: float | None = None,
     checks: bool = True,
-    sampler: str = "tpe",
+    sampler: str = DEFAULT_STRATEGY,
     storage=None,
     seed: int | None = None,
     max_dispatch_s: float | None = None,
@@ -93,7 +93,8 @@ def search(
     """Search the templates' spaces for the fastest correct kernel of `problem`.
 
     `storage` is an Optuna storage (object or URL; None keeps the study in memory).
-    `sampler` names the strategy (autotune.strategies: tpe, random, grid, climb).
+    `sampler` names the strategy (autotune.strategies: climb, the default; tpe, random,
+    grid).
     A candidate whose one dispatch takes longer than `max_dispatch_s` (default: 50x the
     best so far, at least 1 s) is recorded as a timeout. `evaluator` measures the
     configs (autotune.evaluate.Evaluator): without one, a Worker is started for this

@@ -40,7 +40,7 @@ from .kernel import check_fits
 from .lookup import neighbours
 from .model import choose_representatives
 from .problem import VARIANT_KEYS, Problem
-from .search import SAMPLERS, Lane, Search, SearchResult
+from .search import DEFAULT_STRATEGY, SAMPLERS, Lane, Search, SearchResult
 from .space import check_runnable, load_space, template_names
 from .worker import CANDIDATE_S, Worker, WorkerError
 
@@ -70,7 +70,7 @@ class TuneOptions:
     timeout: float | None = None  # seconds of search per problem
     templates: tuple[str, ...] | None = None  # None: the built-in ones that compute it
     checks: bool = True  # wgpu's runtime checks on (as in browsers) or off
-    sampler: str = "tpe"  # the strategy: tpe, random, grid or climb (autotune.strategies)
+    sampler: str = DEFAULT_STRATEGY  # climb, tpe, random or grid (autotune.strategies)
     storage: object = None  # an Optuna storage (URL or object): shared, resumable studies
     cache_dir: Path | None = None  # None: cache.default_cache_dir()
     seed: int | None = None  # the sampler's and the verification data's

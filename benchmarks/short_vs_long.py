@@ -1,5 +1,5 @@
 """Does a short tune reach a long one? Per shape, a tune of SHORT seconds (with
-`--sampler`, default tpe) and one of LONG seconds, each into a cache of its own, then
+`--sampler`, default the tuner's) and one of LONG seconds, each into a cache of its own, then
 both kernels timed back to back on the same data in alternating rounds: gap = short /
 long - 1 (within 3%: gap <= 0.03).
 
@@ -36,8 +36,8 @@ from timing import verified, wgsl_timing  # noqa: E402
 import autotune  # noqa: E402
 from autotune.lookup import forget  # noqa: E402
 from autotune.problem import parse_shape  # noqa: E402
-from autotune.search import SAMPLERS  # noqa: E402
-from autotune.space import Config  # noqa: E402
+from autotune.search import DEFAULT_STRATEGY, SAMPLERS  # noqa: E402
+from autotune.space import Config, load_space  # noqa: E402
 from autotune.verify import Reference  # noqa: E402
 
 ROUNDS = 3  # alternating rounds of timing per kernel
@@ -77,6 +77,19 @@ def advance(problem, args, state: dict, budget: float, gpu) -> float:
     done["long_s"] += left
     done["wall_s"]["long"] = done["wall_s"].get("long", 0.0) + wall
     return left
+
+
+def stale_long_configs(long_from: dict, problems: list) -> list[str]:
+    """The earlier rows' long configs that today's spaces would not render at their
+    problem (one tuned before its space gained a parameter), each with the reason:
+    refused before any tune runs, not after."""
+    stale = []
+    for problem in problems:
+        config = Config.parse(long_from[str(problem)]["long_config"])
+        reason = load_space(config.template).why_invalid(config, problem)
+        if reason:
+            stale.append(f"{problem}: {reason}")
+    return stale
 
 
 def other_short_tunes(state: dict, args) -> list[str]:
@@ -149,7 +162,7 @@ def main(argv=None) -> int:
                         help="seconds of long search in this run (default: all of it)")  # fmt: skip
     parser.add_argument("--long-from", type=Path, metavar="ROWS",
                         help="an earlier run's rows.json: its long configs, re-timed")  # fmt: skip
-    parser.add_argument("--sampler", default="tpe", choices=SAMPLERS,
+    parser.add_argument("--sampler", default=DEFAULT_STRATEGY, choices=SAMPLERS,
                         help="the short tune's strategy (the long one's is tpe)")  # fmt: skip
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -157,10 +170,13 @@ def main(argv=None) -> int:
         parser.error("--short and --long must be seconds with 0 < short <= long")
     if args.long_from is not None:
         args.long_from = {r["problem"]: r for r in json.loads(args.long_from.read_text())}
-        problems = [str(parse_shape(s, args.dtype, layout=args.layout)) for s in args.shape]
-        missing = [p for p in problems if p not in args.long_from]
+        problems = [parse_shape(s, args.dtype, layout=args.layout) for s in args.shape]
+        missing = [str(p) for p in problems if str(p) not in args.long_from]
         if missing:
             parser.error(f"--long-from has no long tune of {', '.join(missing)}")
+        stale = stale_long_configs(args.long_from, problems)
+        if stale:
+            parser.error(f"--long-from's long configs are not valid today: {'; '.join(stale)}")
     args.out.mkdir(parents=True, exist_ok=True)
     state_file, rows_file = args.out / "state.json", args.out / "rows.json"
     state = json.loads(state_file.read_text()) if state_file.exists() else {}

@@ -182,7 +182,8 @@ def test_short_tune_is_timed_against_an_earlier_runs_long_config(gpu, cache_dir,
     """--long-from: the long tune is not run again (however long it searched); its config,
     read from the earlier row of the same problem, is timed beside the new short tune, and
     the row names the configs measured at other shapes that the short tune started from.
-    The same folder resumed with another sampler is refused."""
+    The same folder resumed with another sampler is refused, and so is an earlier long
+    config that today's space would not render."""
     from entries import seed_entry
 
     from autotune import cache
@@ -208,9 +209,15 @@ def test_short_tune_is_timed_against_an_earlier_runs_long_config(gpu, cache_dir,
     assert not (tmp_path / "d" / "long-24x20x16").exists()  # nothing searched for it
     assert "| 24x20x16 f32 nn |" in out and "not finished" not in out
     resumed = run_script("short_vs_long.py", "--shape", "24x20x16", "--short", "1",
-                         "--long-from", "earlier.json", "--out", "d", cwd=tmp_path,
-                         status=2)  # fmt: skip
+                         "--sampler", "tpe", "--long-from", "earlier.json", "--out", "d",
+                         cwd=tmp_path, status=2)  # fmt: skip
     assert "holds short tunes of other settings (24x20x16: climb, 1 s)" in resumed, resumed
+    earlier[0]["long_config"] = "naive WX=16"  # tuned before the space gained WY
+    (tmp_path / "older.json").write_text(json.dumps(earlier))
+    refused = run_script("short_vs_long.py", "--shape", "24x20x16", "--long-from", "older.json",
+                         "--out", "e", cwd=tmp_path, status=2)  # fmt: skip
+    assert "--long-from's long configs are not valid today: 24x20x16 f32 nn:" in refused
+    assert not (tmp_path / "e").exists()  # refused before any tune
     for other in (["--shape", "8x8x8"], ["--shape", "24x20x16", "--layout", "nt"]):
         refused = run_script("short_vs_long.py", *other, "--long-from", "earlier.json",
                              "--out", "e", cwd=tmp_path, status=2)  # fmt: skip
