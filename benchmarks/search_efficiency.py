@@ -86,18 +86,24 @@ class Recorded:
 
 
 def stale_templates(results: dict, templates, problem, limits: dict) -> list[str]:
-    """The templates whose space's valid configs at `problem` are not those the table
-    measured (a space that gained a parameter or a value since, or lost one): the
-    search would propose configs the table never measured, or the table's best would
-    be one the search cannot propose."""
+    """Why the table cannot be replayed, for each template whose space's valid configs at
+    `problem` are not those the table measured: an interrupted record (a part of them),
+    or a space that gained or lost a parameter or a value since (the search would
+    propose configs the table never measured, or the table's best is one it cannot)."""
     recorded: dict[str, set] = {}
     for text, row in results.items():
         recorded.setdefault(row["template"], set()).add(text)
-    return [
-        t
-        for t in templates
-        if recorded.get(t, set()) != {str(c) for c in load_space(t).configs(problem, limits)}
-    ]
+    why = []
+    for t in templates:
+        valid = {str(c) for c in load_space(t).configs(problem, limits)}
+        have = recorded.get(t, set())
+        if have < valid:
+            why.append(f"{t}: incomplete, {len(have)} of {len(valid)} valid configs "
+                       f"measured (run record again to resume it)")  # fmt: skip
+        elif have != valid:
+            why.append(f"{t}: not the valid configs of its space now "
+                       f"(record the table again with this checkout)")  # fmt: skip
+    return why
 
 
 CHECKPOINTS = (25, 50, 100, 200, 400)  # budgets at which a run's best so far is compared
@@ -151,10 +157,7 @@ def replay(args) -> None:
     results = table["results"]
     stale = stale_templates(results, templates, problem, table["limits"])
     if stale:
-        sys.exit(
-            f"{args.table}: the table's {', '.join(stale)} configs are not the valid "
-            f"configs of the spaces now: record the table again with this checkout"
-        )
+        sys.exit(f"{args.table}: {'; '.join(stale)}")
     times = {
         k: v["seconds"]
         for k, v in results.items()
@@ -182,7 +185,7 @@ def replay(args) -> None:
         "runs": args.runs,
         "samplers": {},
     }
-    for sampler in args.sampler or ("tpe", "random", "grid"):
+    for sampler in args.sampler or ("climb", "tpe", "random", "grid"):
         runs = 1 if sampler == "grid" else args.runs
         curves = [
             replayed(problem, device, templates, sampler, seed, evaluator, args.budget)

@@ -10,7 +10,9 @@ The long tunes keep their Optuna study in DIR (SQLite), so a run may stop after 
 seconds of search and the next run with the same DIR carries on where it stopped, until
 LONG seconds were searched: a 10-minute tune fits calls of a few minutes. DIR/state.json
 counts the seconds spent; a shape whose two tunes are done is timed and written to
-DIR/rows.json, and the table of every finished shape is printed last.
+DIR/rows.json, and the table of every finished shape is printed last. A DIR resumes only
+with the `--sampler` and `--short` its short tunes had: `--sampler tpe` for one whose
+short tunes ran when TPE was the tuner's default (its state.json names no sampler).
 
 `--long-from ROWS` (an earlier run's rows.json) takes each problem's long tune from there
 (the row of the same shape, dtype and layout, however long it searched): its config is
@@ -41,9 +43,10 @@ from autotune.space import Config, load_space  # noqa: E402
 from autotune.verify import Reference  # noqa: E402
 
 ROUNDS = 3  # alternating rounds of timing per kernel
+LONG_SAMPLER = "tpe"  # the long tunes' strategy, as in the earlier runs' rows (resumable)
 
 
-def tune_for(problem, seconds: float, folder: Path, storage: str | None, gpu, sampler="tpe"):
+def tune_for(problem, seconds: float, folder: Path, storage: str | None, gpu, sampler: str):
     """Tune `problem` for `seconds` of search into `folder`: the wall time it took, and
     the configs the search tried first (measured at other shapes)."""
     started = time.monotonic()
@@ -73,7 +76,7 @@ def advance(problem, args, state: dict, budget: float, gpu) -> float:
     if left <= 0:
         return 0.0
     storage = f"sqlite:///{args.out / f'long-{shape}.db'}"
-    wall, _ = tune_for(problem, left, args.out / f"long-{shape}", storage, gpu)
+    wall, _ = tune_for(problem, left, args.out / f"long-{shape}", storage, gpu, LONG_SAMPLER)
     done["long_s"] += left
     done["wall_s"]["long"] = done["wall_s"].get("long", 0.0) + wall
     return left
@@ -85,8 +88,11 @@ def stale_long_configs(long_from: dict, problems: list) -> list[str]:
     refused before any tune runs, not after."""
     stale = []
     for problem in problems:
-        config = Config.parse(long_from[str(problem)]["long_config"])
-        reason = load_space(config.template).why_invalid(config, problem)
+        try:
+            config = Config.parse(long_from[str(problem)]["long_config"])
+            reason = load_space(config.template).why_invalid(config, problem)
+        except (ValueError, KeyError) as error:  # SpaceError too: an unknown template
+            reason = f"not a config of today's spaces ({error!r:.120})"
         if reason:
             stale.append(f"{problem}: {reason}")
     return stale

@@ -218,6 +218,12 @@ def test_short_tune_is_timed_against_an_earlier_runs_long_config(gpu, cache_dir,
                          "--out", "e", cwd=tmp_path, status=2)  # fmt: skip
     assert "--long-from's long configs are not valid today: 24x20x16 f32 nn:" in refused
     assert not (tmp_path / "e").exists()  # refused before any tune
+    for unreadable in ("nosuch WX=16", "naive WX", ""):  # a template gone, a text cut short
+        earlier[0]["long_config"] = unreadable
+        (tmp_path / "older.json").write_text(json.dumps(earlier))
+        refused = run_script("short_vs_long.py", "--shape", "24x20x16", "--long-from",
+                             "older.json", "--out", "e", cwd=tmp_path, status=2)  # fmt: skip
+        assert "24x20x16 f32 nn: not a config of today's spaces" in refused, refused
     for other in (["--shape", "8x8x8"], ["--shape", "24x20x16", "--layout", "nt"]):
         refused = run_script("short_vs_long.py", *other, "--long-from", "earlier.json",
                              "--out", "e", cwd=tmp_path, status=2)  # fmt: skip
@@ -260,7 +266,8 @@ def test_no_shape_of_the_sample_is_estimated_from_seeds_alone_on_the_h200(tmp_pa
 def test_search_efficiency_replays_a_recorded_table_and_refuses_a_stale_one(gpu, tmp_path):
     """A table of every naive config, recorded here, replays the real search loop per
     sampler to the best within 5%; a table that lacks a valid config of today's space
-    (one recorded before the space grew) is refused by name, not a KeyError."""
+    (an interrupted record) or holds one it would not render (recorded before the space
+    changed) is refused by name and reason, not a KeyError."""
     table = tmp_path / "table-here-16x16x64.json"
     run_script("search_efficiency.py", "record", "--shape", "16x16x64", "--out", str(table),
                "--template", "naive", cwd=tmp_path)  # fmt: skip
@@ -268,9 +275,16 @@ def test_search_efficiency_replays_a_recorded_table_and_refuses_a_stale_one(gpu,
                cwd=tmp_path)  # fmt: skip
     report = json.loads((tmp_path / "replay-here-16x16x64.json").read_text())
     assert report["templates"] == ["naive"] and report["configs"] > 1
-    assert report["samplers"]["tpe"]["reached"] == report["samplers"]["random"]["reached"] == 2
+    reached = {name: s["reached"] for name, s in report["samplers"].items()}
+    assert reached == {"climb": 2, "tpe": 2, "random": 2, "grid": 1}  # grid: one run
     data = json.loads(table.read_text())
-    data["results"].pop(next(iter(data["results"])))
+    text, row = data["results"].popitem()
     table.write_text(json.dumps(data))
     err = run_script("search_efficiency.py", "replay", str(table), cwd=tmp_path, status=1)
-    assert "naive configs are not the valid configs of the spaces now" in err, err
+    valid = report["configs"]
+    assert f"naive: incomplete, {valid - 1} of {valid} valid configs measured" in err, err
+    data["results"][text] = row
+    data["results"][text + " UNROLL=3"] = row  # a parameter the space does not have
+    table.write_text(json.dumps(data))
+    err = run_script("search_efficiency.py", "replay", str(table), cwd=tmp_path, status=1)
+    assert "naive: not the valid configs of its space now" in err, err

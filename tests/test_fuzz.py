@@ -268,7 +268,7 @@ GOOD_VALUES = {
     "--trials": ["1", "3"],
     "--timeout": ["0.5"],
     "--template": template_names(),
-    "--sampler": ["tpe", "random", "grid"],
+    "--sampler": ["climb", "tpe", "random", "grid"],
     "--storage": ["sqlite:///study.db"],
     "--seed": ["0", "7"],
     "--out": ["out", "merged.json"],

@@ -334,18 +334,37 @@ def test_climb_steps_from_the_best_config_measured_so_far():
 def test_the_climbs_steps_that_give_nothing_are_not_the_samplers_idle_asks():
     """An invalid or taken step leaves the sampler's count of idle asks (after
     MAX_IDLE_ASKS of those it picks a random config itself) as it was; the sampler's
-    own invalid proposals still count."""
-    from autotune.strategies.climb import Climb
+    own invalid proposals, once the steps are spent, still count. Driven through
+    propose() on a real study with one measured config."""
+    from autotune.evaluate import Outcome
+    from autotune.measure import Measurement
+    from autotune.strategies.climb import CLIMB_AFTER, CLIMB_EVERY, Climb, steps_from
+    from autotune.study import Study
 
-    config = load_space("blocked").seed_configs(Problem(256, 256, 256), _Recorded().limits)[0]
+    problem = Problem(256, 256, 256)
+    space = load_space("blocked")
+    valid = space.configs(problem, _Recorded().limits)
+    best = space.seed_configs(problem, _Recorded().limits)[0]
     climb = Climb(seed=0)
-    climb.observe(config, "invalid")  # the sampler's proposal
-    climb.stepped = True  # as propose() sets it when it hands out a step
+    study = Study("climb-idle", None, climb.sampler, problem, ["blocked"])
+    trial, _ = study.ask_for(best)
+    assert study.claim(trial, best)
+    study.finish(trial, Outcome(best, Measurement(*[1e-3] * 3, "timestamp", 1, 1, 1e-3), 0.0))
+    while not (climb.claimed >= CLIMB_AFTER and climb.claimed % CLIMB_EVERY == 0):
+        climb.observe(best, "claimed")  # the turn of a step has come
+    steps = steps_from(best)
+    for event in ["invalid", "taken"] * len(steps):
+        _, config = climb.propose(study, valid)
+        if config not in steps:
+            break  # the steps are spent: this is the sampler's proposal
+        steps.remove(config)
+        climb.observe(config, event)
+        assert climb.idle == 0
+    assert not steps
     climb.observe(config, "invalid")
-    climb.observe(config, "taken")
     assert climb.idle == 1
     climb.observe(config, "claimed")
-    assert climb.idle == 0 and climb.claimed == 1
+    assert climb.idle == 0
 
 
 def test_a_step_moves_one_parameter_to_the_next_value_of_its_list():

@@ -5,7 +5,7 @@ A strategy has two verbs: `propose` (a trial of the study and the config it name
 everything else: configs that break a constraint, were measured before, or are claimed
 by another process. A new strategy is one module here, added to STRATEGIES.
 
-    strategy = make_strategy("tpe", seed=0)
+    strategy = make_strategy(DEFAULT_STRATEGY, seed=0)
     study = Study(name, storage, strategy.sampler, problem, templates)
     trial, config = strategy.propose(study, valid)
     strategy.observe(config, "claimed")
@@ -39,8 +39,8 @@ class Strategy(Protocol):
 
 
 STRATEGIES = {"tpe": Sampled.tpe, "random": Sampled.random, "grid": Grid, "climb": Climb}
-# The climb: on the H200 a 60 s tune of 64x11008x4096 came within 0.2% of a 10-minute
-# TPE tune where a 60 s TPE tune was 4-18% behind (benchmarks/NOTES.md, 2026-12-06).
+# The climb by default: its short tunes came closer to long ones than TPE's did
+# (measured in benchmarks/NOTES.md, "The climb against TPE").
 DEFAULT_STRATEGY = "climb"
 
 

@@ -13,13 +13,14 @@ import optuna
 
 from ..space import Config, load_space
 from ..study import Study
-from .sampled import TPE_STARTUP, Sampled, tpe_sampler
+from .sampled import Sampled, tpe_sampler
 
 CLIMB_EVERY = 3  # one measured proposal in three is a step from the best
-CLIMB_AFTER = TPE_STARTUP  # measured proposals before a step may come: once TPE models
-# (the first due turn after them: claims counted by this process, a multiple of
-# CLIMB_EVERY); and never while the study's queue (the seeds, a tune's first configs)
-# is not yet asked
+CLIMB_AFTER = 8  # configs this process measured before its first step (a best worth
+# stepping from); the step comes at the first multiple of CLIMB_EVERY after them, and
+# never while the study's queue (the seeds, a tune's first configs) is not yet asked.
+# TPE's own startup (TPE_STARTUP) counts the study's trials, every process's and the
+# pruned ones too, so the two counts are not the same.
 
 
 class Climb(Sampled):
