@@ -96,7 +96,7 @@ def _ranked(problem, checks, stores, gpu, limits) -> list[predict.Candidate]:
     lent = borrowed(problem, checks, stores, gpu, runs)
     if rates:
         roof = predict.Roof.of(rates)
-    elif lent:  # none of this arithmetic measured here: the kin's rates are the nearest
+    elif lent:  # none of this arithmetic measured here: other GPUs of its kind's rates
         roof = predict.Roof.highest([other.roof for other in lent])
     else:
         roof = predict.Roof.of(measured)
@@ -163,7 +163,9 @@ def neighbours(problem, checks, gpu: Gpu, cache_dir, templates, limits) -> list[
         for store in stores
         for e in store.entries().values()
         if e.key.problem == problem and e.key.checks == checks
-    }  # (a kin's copy of one of these may outrank this device's: still not a neighbour)
+    }  # every entry of the problem, estimates and stale ones too (unlike _measured): a
+    # config timed here at the problem in any way is no neighbour, and nor is a copy of
+    # one that another GPU of its kind measured
     ranked = _ranked(problem, checks, stores, gpu, limits)
     measured = [c.config for c in ranked if c.entry and c.config not in timed_here]
     return [c for c in measured if c.template in templates][:NEIGHBOURS]

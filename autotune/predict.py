@@ -8,24 +8,26 @@ because lookup times the best few at the real shape before it chooses:
     time(P) = max(time(P') * ideal(P) / ideal(P'), floor(P)) * (1 + distance(P, P'))
 
 for a config measured at P' (a cache entry of this device). ideal is the roofline time
-at the fastest rates this device's cache has seen for the element type (FLOP/s and
-bytes/s), on the share of the GPU the launch keeps busy: the fill of its waves of
-workgroups, and for the arithmetic the share of each tile inside C and what one
-invocation's register patch can reach. Compute-bound and memory-bound shapes scale as
-they should, and the model's errors where it misjudges a config cancel in the ratio
-where they are the same at P and P'. Where they are not (a small launch the model
-judged too slow), nothing is predicted faster than floor(P), the whole GPU at the roof.
-Candidates the floor makes equal keep the order of their unclamped predictions. The
-further P' is from P, the less its measurement says: the distance term (a few % per
-doubling of the work, in FLOPs: shapes of equal work but other aspect are at distance
-0) ranks a config measured at a work like P's before one extrapolated from far away. A
-family's known-good configs never measured on this device are predicted at a fixed share
-of the ideal. The entries of other GPUs of this one's vendor and kind (lookup.borrowed)
-rank beside this device's own, OTHER_DEVICE slower, their ideal(P') at their GPU's rates
-and multiprocessors and ideal(P) at this one's: an H200's time at a memory-bound shape
-becomes an H100's through the two bandwidths. Where the device has none valid at P (a
-GPU no tune has run on) they are its measured candidates, and where its own were
-measured far from P an entry tuned at P elsewhere can outrank them.
+at the fastest rates this device's cache has seen for the arithmetic (f32, f16 or int8
+dot products; FLOP/s and bytes/s), or where it has seen none, its kin's, on the share of
+the GPU the launch keeps busy: the fill of its waves of workgroups, and for the
+arithmetic the share of each tile inside C and what one invocation's register patch can
+reach. Compute-bound and memory-bound shapes scale as they should, and the model's
+errors where it misjudges a config cancel in the ratio where they are the same at P and
+P'. Where they are not (a small launch the model judged too slow), nothing is predicted
+faster than floor(P), the whole GPU at the roof. Candidates the floor makes equal keep
+the order of their unclamped predictions. The further P' is from P, the less its
+measurement says: the distance term (a few % per doubling of the work, in FLOPs: shapes
+of equal work but other aspect are at distance 0) ranks a config measured at a work like
+P's before one extrapolated from far away. A family's known-good configs never measured
+on this device are predicted at a fixed share of the ideal. The entries of other GPUs of
+this one's vendor and kind (lookup.borrowed) rank beside this device's own, OTHER_DEVICE
+slower, their ideal(P') at their GPU's rates and multiprocessors and ideal(P) at this
+one's: an H200's time at a memory-bound shape becomes an H100's through the two
+bandwidths. A roof is what a cache saw, so it also reflects which shapes were tuned
+there: the two roofs convert times by ROOF_SPREAD at most. Where the device has none
+valid at P (a GPU no tune has run on) they are its measured candidates, and where its
+own were measured far from P an entry tuned at P elsewhere can outrank them.
 """
 
 from __future__ import annotations
@@ -56,6 +58,11 @@ OTHER_VARIANT = 1.25
 # predicted from that GPU's time at that GPU's rates, and a little slower, so that a
 # config measured here ranks first at the same prediction.
 OTHER_DEVICE = 1.25
+# A roof is the fastest rate a GPU's cache has seen, so it says as much about which shapes
+# were tuned there as about the GPU: two GPUs of one kind whose roofs differ by more than
+# this (an H100 tuned at decode shapes only, an H200 at every shape) convert each other's
+# times by this ratio at most. Real ones differ by less: HBM 3.35 against 4.8 TB/s.
+ROOF_SPREAD = 2.0
 # The uncertainty of a prediction per doubling (or halving) of the work between the shape
 # measured and the shape predicted.
 PER_DOUBLING = 0.03
@@ -97,6 +104,13 @@ class Roof:
         flops = [e.key.problem.flops / e.median_s for e in entries]
         moved = [moved_bytes(e.key.problem) / e.median_s for e in entries]
         return cls(max(flops, default=1e12), max(moved, default=1e11))
+
+    def within(self, other: Roof, spread: float) -> Roof:
+        """These rates, each at most `spread` times faster or slower than `other`'s."""
+        return Roof(
+            min(max(self.flops_per_s, other.flops_per_s / spread), other.flops_per_s * spread),
+            min(max(self.bytes_per_s, other.bytes_per_s / spread), other.bytes_per_s * spread),
+        )
 
     @classmethod
     def highest(cls, roofs: Sequence[Roof]) -> Roof:
@@ -179,7 +193,7 @@ def predicted_seconds(entry: Entry, problem: Problem, here: MeasuredOn, there: M
     `problem` on the GPU `here` (the module's formula), and the same before the floor."""
     config, measured_at = entry.config, entry.key.problem
     scale = ideal_seconds(config, problem, here.units, here.roof) / ideal_seconds(
-        config, measured_at, there.units, there.roof
+        config, measured_at, there.units, there.roof.within(here.roof, ROOF_SPREAD)
     )
     extrapolated = 1 + distance(problem, measured_at)
     unclamped = entry.median_s * scale * extrapolated

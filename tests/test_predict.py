@@ -312,6 +312,33 @@ def test_a_borrowed_time_is_converted_to_this_gpus_rates():
     assert lent.predicted_s == pytest.approx(2e-4 * predict.OTHER_DEVICE)
 
 
+def test_a_borrowed_time_at_another_shape_counts_each_gpus_units_and_a_bounded_roof():
+    """Measured elsewhere at P' on 132 units, predicted at P here on 114: P's ideal at
+    this GPU's units and rates over P''s at the other's, extrapolated by the distance;
+    roofs further apart than ROOF_SPREAD (what each cache happened to tune) convert by
+    ROOF_SPREAD alone."""
+    measured_at, at = Problem(16, 4096, 4096, layout="nt"), Problem(4, 11008, 4096, layout="nt")
+    entry = seed_entry(measured_at, "gemv", median_s=1e-4)
+    ours = predict.Roof(flops_per_s=50e12, bytes_per_s=3e12)
+
+    def predicted(theirs):
+        there = predict.MeasuredOn([entry], theirs, 132)
+        [lent] = predict.ranked(at, [], [], 114, ours, [there])
+        return lent.unclamped_s / predict.OTHER_DEVICE
+
+    theirs = predict.Roof(flops_per_s=60e12, bytes_per_s=4e12)
+    ideal_here = predict.ideal_seconds(entry.config, at, 114, ours)
+    ideal_there = predict.ideal_seconds(entry.config, measured_at, 132, theirs)
+    assert ideal_here / ideal_there != pytest.approx(
+        predict.ideal_seconds(entry.config, at, 132, ours) / ideal_there
+    )  # the unit counts matter at these shapes
+    extrapolated = 1 + predict.distance(at, measured_at)
+    assert predicted(theirs) == pytest.approx(1e-4 * ideal_here / ideal_there * extrapolated)
+    far = predict.Roof(flops_per_s=60e12 * 10, bytes_per_s=4e12 * 10)  # ten times ours
+    bounded = predict.Roof(50e12 * predict.ROOF_SPREAD, 3e12 * predict.ROOF_SPREAD)
+    assert predicted(far) == pytest.approx(predicted(bounded)) != predicted(theirs)
+
+
 def test_the_shipped_cache_holds_tuned_entries_only(gpu, monkeypatch):
     """In a checkout the default cache folder is the shipped cache/: a lookup there
     serves its estimate without writing it, and no shipped file holds an estimate."""
