@@ -96,7 +96,7 @@ def _ranked(problem, checks, stores, gpu, limits) -> list[predict.Candidate]:
     lent = borrowed(problem, checks, stores, gpu, runs)
     if rates:
         roof = predict.Roof.of(rates)
-    elif lent:  # none of this arithmetic measured here: other GPUs of its kind's rates
+    elif lent:  # none of this arithmetic measured here: the rates of GPUs of its kind
         roof = predict.Roof.highest([other.roof for other in lent])
     else:
         roof = predict.Roof.of(measured)

@@ -338,7 +338,7 @@ def test_the_climbs_steps_that_give_nothing_are_not_the_samplers_idle_asks():
     propose() on a real study with one measured config."""
     from autotune.evaluate import Outcome
     from autotune.measure import Measurement
-    from autotune.strategies.climb import CLIMB_AFTER, CLIMB_EVERY, Climb, steps_from
+    from autotune.strategies.climb import Climb, steps_from
     from autotune.study import Study
 
     problem = Problem(256, 256, 256)
@@ -350,8 +350,8 @@ def test_the_climbs_steps_that_give_nothing_are_not_the_samplers_idle_asks():
     trial, _ = study.ask_for(best)
     assert study.claim(trial, best)
     study.finish(trial, Outcome(best, Measurement(*[1e-3] * 3, "timestamp", 1, 1, 1e-3), 0.0))
-    while not (climb.claimed >= CLIMB_AFTER and climb.claimed % CLIMB_EVERY == 0):
-        climb.observe(best, "claimed")  # the turn of a step has come
+    while not climb.due():
+        climb.observe(best, "claimed")  # until the turn of a step has come
     steps = steps_from(best)
     for event in ["invalid", "taken"] * len(steps):
         _, config = climb.propose(study, valid)

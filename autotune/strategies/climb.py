@@ -30,9 +30,12 @@ class Climb(Sampled):
         self.steps: dict[str, list[Config]] = {}  # a best's steps not yet proposed
         self.stepped = False  # the last proposal was a step
 
+    def due(self) -> bool:
+        """Whether the next proposal is a step's turn (by this process's measured count)."""
+        return self.claimed >= CLIMB_AFTER and self.claimed % CLIMB_EVERY == 0
+
     def propose(self, study: Study, valid: Sequence[Config]) -> tuple[optuna.Trial, Config]:
-        due = self.claimed >= CLIMB_AFTER and self.claimed % CLIMB_EVERY == 0
-        step = due and not study.queued() and self._step(study.history())
+        step = self.due() and not study.queued() and self._step(study.history())
         self.stepped = bool(step)
         return study.ask_for(step) if step else super().propose(study, valid)
 
