@@ -243,9 +243,12 @@ class Study:
         """Claim `config` for this process; False when another trial holds it (this one
         then backs off as a duplicate). The claim is written, then checked: of two claims
         of one config at once, the later trial backs off."""
+        # The worker first: a process killed between the two writes leaves a trial of a
+        # dead process that holds no config. The other way round it would hold a config
+        # with no process to see as dead, and keep its place in the budget for ever.
         if not (
-            _owned(trial.set_user_attr, "config", str(config))
-            and _owned(trial.set_user_attr, "worker", self.worker_id)
+            _owned(trial.set_user_attr, "worker", self.worker_id)
+            and _owned(trial.set_user_attr, "config", str(config))
         ):
             return False
         if self._claimed_elsewhere(trial, config):

@@ -1,8 +1,8 @@
 """Real `tune` processes: killed at several points, and two writing one cache at once.
 
-Killing `tune` (SIGINT or SIGKILL) between trials, inside a cache write or while its
-worker runs a candidate leaves a valid cache holding every finished result, stops the
-worker, and a second run on the same storage resumes the study to its budget.
+Killing `tune` (SIGINT or SIGKILL) between trials, inside a cache write or a claim, or
+while its worker runs a candidate leaves a valid cache holding every finished result,
+stops the worker, and a second run on the same storage resumes the study to its budget.
 """
 
 import json
@@ -74,7 +74,9 @@ def alive(pid):
 
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
-@pytest.mark.parametrize("point", ["between trials", "in a cache write", "in a candidate"])
+@pytest.mark.parametrize(
+    "point", ["between trials", "in a cache write", "in a candidate", "in a claim"]
+)
 def test_killed_tune_loses_nothing_and_resumes(gpu, tmp_path, how, point):
     url = f"sqlite:///{tmp_path / 'study.db'}"
     problem = Problem(32, 32, 32)
@@ -95,6 +97,8 @@ def test_killed_tune_loses_nothing_and_resumes(gpu, tmp_path, how, point):
         env[faults.ENV] = json.dumps({"cache-write": f"pause:{marker}"})
     elif point == "in a candidate":
         env[faults.ENV] = json.dumps({"evaluate": f"pause:{marker}"})
+    elif point == "in a claim":  # half written: it must not hold a place in the budget
+        env[faults.ENV] = json.dumps({"claim": f"pause:{marker}"})
     command = tune_command(tmp_path, "32x32x32", "--trials", str(TRIALS), "--storage", url)
     process = subprocess.Popen(
         command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

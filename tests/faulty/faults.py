@@ -1,7 +1,7 @@
 """Test-only fault injection, planted through the worker's seam (Worker.child and the
 `evaluate` that autotune.worker.serve is handed) and the cache's (DeviceCache._replace):
 how the tests make a worker abort or lose its GPU device, or pause a process inside a
-cache write or a candidate so that they can kill it there. Nothing of it is in autotune/.
+cache write, a candidate or a claim so that they can kill it there. Nothing of it is in autotune/.
 
 AUTOTUNE_TEST_FAULTS holds a JSON object, point -> action:
 
@@ -11,6 +11,8 @@ AUTOTUNE_TEST_FAULTS holds a JSON object, point -> action:
     "evaluate" (any candidate)          -> same actions as above, or "pause:<file>"
     "cache-write" (between writing the  -> "pause:<file>": write the pid to <file>, then
     temp file and replacing the cache)     sleep a minute (the test kills us meanwhile)
+    "claim" (after the first of the     -> "pause:<file>", as above
+    study writes that claim a config)
 
 The worker runs `python -c "from faults import main; ..."` with this folder on
 PYTHONPATH (`plant` arranges both, for this process and the processes it starts).
@@ -23,6 +25,8 @@ import os
 import sys
 import time
 from pathlib import Path
+
+import optuna
 
 from autotune import cache, worker
 from autotune.evaluate import evaluate
@@ -72,6 +76,17 @@ def _replace_with_pause(self, temp) -> None:
     _replace(self, temp)
 
 
+_set_user_attr = optuna.Trial.set_user_attr
+CLAIM = ("config", "worker")  # the trial attributes a claim writes, one at a time
+
+
+def _set_user_attr_with_pause(self, key, value) -> None:
+    first_of_claim = key in CLAIM and not any(k in self.user_attrs for k in CLAIM)
+    _set_user_attr(self, key, value)
+    if first_of_claim:
+        pause(planned("claim"))  # killed right here: half a claim is in the study
+
+
 def plant(monkeypatch=None) -> None:
     """Route workers through `main` above and cache writes through the pause: for this
     process and the ones it starts (undone with the test, given its monkeypatch)."""
@@ -80,10 +95,12 @@ def plant(monkeypatch=None) -> None:
         os.environ["PYTHONPATH"] = path
         worker.Worker.child = "faults"
         cache.DeviceCache._replace = _replace_with_pause
+        optuna.Trial.set_user_attr = _set_user_attr_with_pause
         return
     monkeypatch.setenv("PYTHONPATH", path)
     monkeypatch.setattr(worker.Worker, "child", "faults")
     monkeypatch.setattr(cache.DeviceCache, "_replace", _replace_with_pause)
+    monkeypatch.setattr(optuna.Trial, "set_user_attr", _set_user_attr_with_pause)
 
 
 if __name__ == "__main__":  # python tests/faulty/faults.py tune ...: the CLI, faults planted
