@@ -243,8 +243,8 @@ class Search:
                 self._measure(lane, trial, config)
         finally:
             with self.lock:
-                for trial, _ in lane.pending:  # claimed, never measured: free for later
-                    self.study.release(trial)
+                for trial, config in lane.pending:  # claimed, never measured: queued again
+                    self.study.release(trial, config)
                 lane.pending.clear()
                 self._settle(lane, record=not (lane.out or self.stopping.is_set()))
             try:
@@ -304,7 +304,7 @@ class Search:
             if event != "claimed":
                 continue
             if not self.study.admit(trial, self.trials):  # others claimed the rest meanwhile
-                self.study.release(trial)
+                self.study.release(trial)  # (not queued again: the budget is spent)
                 self.full = True
                 return None
             return trial, config
@@ -341,8 +341,8 @@ class Search:
         ended = time.monotonic()
         with self.lock:
             self.in_flight -= 1
-            if outcome is None or self.stopping.is_set():  # not measured: free for another lane
-                self.study.release(trial)
+            if outcome is None or self.stopping.is_set():  # not measured: for another lane
+                self.study.release(trial, config)
                 self.full = False  # (the budget may have been full of this claim)
                 return
             held = lane.held(outcome)
@@ -386,7 +386,7 @@ class Search:
             if record:
                 self._record(lane, trial, outcome, started, ended)
             else:
-                self.study.release(trial)
+                self.study.release(trial, outcome.config)
                 self.full = False
 
     def _record(self, lane: Lane, trial, outcome: Outcome, started: float, ended: float) -> None:

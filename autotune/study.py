@@ -7,8 +7,9 @@ A measured trial carries what was measured in user attributes (`record`), and th
 study says what it tunes (`study_attrs`), so that optuna-dashboard shows a useful view
 of a study (docs/DASHBOARD.md). A trial whose process was killed (left RUNNING by a
 process of this machine that is gone) is failed as interrupted when the study is next
-opened, and its config measured again. The budget is the study's: configs measured by
-any process, plus those claimed by live trials and admitted to the budget (Study.admit).
+opened, and its config queued to be measured again. The budget is the study's: configs
+measured by any process, plus those claimed by live trials and admitted to the budget
+(Study.admit).
 """
 
 from __future__ import annotations
@@ -276,11 +277,14 @@ class Study:
         self._history[str(outcome.config)] = seconds
         _owned(self._tell, trial, seconds)
 
-    def release(self, trial: optuna.Trial) -> None:
+    def release(self, trial: optuna.Trial, config: Config | None = None) -> None:
         """Give back a claimed trial that was not measured: failed and marked interrupted,
-        so it neither counts as measured nor keeps its config from being measured later."""
-        if _owned(trial.set_user_attr, "interrupted", True):
-            _owned(self._tell, trial, None)
+        so it neither counts as measured nor keeps its config from being measured later.
+        Given its `config`, that is queued again: a search that stopped, ran out of time
+        or lost a GPU leaves the configs it had chosen to the next one to measure."""
+        if _owned(trial.set_user_attr, "interrupted", True) and _owned(self._tell, trial, None):
+            if config is not None:
+                self.enqueue(config)
 
     def _tell(self, trial, seconds: float | None) -> None:
         if seconds is None:
@@ -290,11 +294,25 @@ class Study:
 
     def _fail_interrupted(self) -> None:
         """Trials left RUNNING by a killed process of this machine: failed, as interrupted
-        (not counted as measured), so their configs can be measured again."""
+        (not counted as measured), and the configs they had claimed queued again."""
         for trial in self.optuna.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             pid = _holder(trial)  # (this process's own: left by an earlier search of it)
             if pid is not None and not _alive(pid):
-                _owned(self.optuna.tell, trial.number, state=TrialState.FAIL, skip_if_finished=True)
+                tell = self.optuna.tell
+                if _owned(tell, trial.number, state=TrialState.FAIL, skip_if_finished=True):
+                    self._queue_again(trial)
+
+    def _queue_again(self, trial: optuna.trial.FrozenTrial) -> None:
+        """The config an interrupted trial had claimed, queued; nothing where it claimed
+        none (killed before its claim was written) or one of another space (a shared
+        storage may hold anything)."""
+        try:
+            config = Config.parse(trial.user_attrs["config"])
+        except (KeyError, ValueError, AttributeError):  # (SpaceError is a ValueError)
+            return
+        if config.template in self.templates:
+            if load_space(config.template).why_invalid(config, self.problem) is None:
+                self.enqueue(config)
 
     # --- results ----------------------------------------------------------------------
 

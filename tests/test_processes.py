@@ -2,7 +2,8 @@
 
 Killing `tune` (SIGINT or SIGKILL) between trials, inside a cache write or a claim, or
 while its worker runs a candidate leaves a valid cache holding every finished result,
-stops the worker, and a second run on the same storage resumes the study to its budget.
+stops the worker, and a second run on the same storage resumes the study to its budget,
+measuring what the killed run had claimed.
 """
 
 import json
@@ -45,6 +46,15 @@ def finished_trials(url, name):
         return []
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     return [t for t in complete if "measurement" in t.user_attrs]  # measured, not repeats
+
+
+def claimed_configs(url, name, state):
+    try:
+        study = optuna.load_study(study_name=name, storage=url)
+    except KeyError:
+        return set()
+    trials = study.get_trials(deepcopy=False, states=(state,))
+    return {t.user_attrs["config"] for t in trials if "config" in t.user_attrs}
 
 
 def device_cache(gpu, tmp_path):
@@ -116,6 +126,7 @@ def test_killed_tune_loses_nothing_and_resumes(gpu, tmp_path, how, point):
     if point == "in a candidate":  # the worker does not outlive the tuner
         worker = int(marker.read_text())
         wait_for(lambda: not alive(worker), seconds=10)
+    interrupted = claimed_configs(url, name, optuna.trial.TrialState.RUNNING)
     # The cache is valid, keeps the earlier entry and holds the best finished result.
     entries = valid_entries(store)
     assert store.best(earlier, True) is not None
@@ -129,6 +140,10 @@ def test_killed_tune_loses_nothing_and_resumes(gpu, tmp_path, how, point):
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert len(finished_trials(url, name)) == TRIALS
+    # What the killed run had claimed (measuring, or compiled ahead) is measured now.
+    assert interrupted <= {t.user_attrs["config"] for t in finished_trials(url, name)}
+    if point == "in a cache write":  # of a new best, reported before it is told finished
+        assert interrupted
     entries = valid_entries(store)
     assert len(entries) == 2 and not list((tmp_path / "cache").glob("*.tmp"))
     kernel = autotune.lookup(32, 32, 32, cache_dir=tmp_path / "cache")

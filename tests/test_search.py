@@ -19,6 +19,8 @@ from autotune.problem import Problem
 from autotune.search import FINALISTS, search, study_name
 from autotune.space import Config, load_space
 
+WAITING = optuna.trial.TrialState.WAITING
+
 
 def measured_trials(study):
     return [
@@ -77,10 +79,24 @@ def test_compiling_ahead_measures_each_config_once_and_releases_what_it_did_not_
     assert all(t.state == optuna.trial.TrialState.FAIL for t in released)
     assert not {t.user_attrs["config"] for t in released} & set(configs)
     assert result.best is not None and result.best.ok
-    again = search(  # released configs are free for the next run; measured ones are not
+    queued = [queued_config(t) for t in study.get_trials(deepcopy=False, states=(WAITING,))]
+    assert [t.user_attrs["config"] for t in released] == queued[len(queued) - len(released) :]
+    if budget == "timeout":  # time ran out with configs compiled ahead: they wait
+        assert released
+    again = search(  # released configs are queued for the next run; measured ones are not
         problem, gpu, templates=["blocked"], seed=4, storage=storage, trials=result.measured + 2
     )
     assert again.measured == 2
+    study = optuna.load_study(study_name=result.study_name, storage=storage)
+    unmeasured = [config for config in queued if config not in configs]
+    assert {t.user_attrs["config"] for t in measured_trials(study)} >= set(unmeasured[:2])
+
+
+def queued_config(trial) -> str:
+    """The config text of a waiting (enqueued) trial of one template's study."""
+    fixed = trial.system_attrs["fixed_params"]
+    template = next(iter(fixed)).split(".")[0]
+    return str(Config.make(template, {k.split(".", 1)[1]: v for k, v in fixed.items()}))
 
 
 @pytest.mark.slow
