@@ -243,7 +243,7 @@ class Study:
     def claim(self, trial: optuna.Trial, config: Config) -> bool:
         """Claim `config` for this process; False when another trial holds it (this one
         then backs off as a duplicate). The claim is written, then checked: of two claims
-        of one config at once, the later trial backs off."""
+        of one config at once, the one that kept it first stands (_claimed_elsewhere)."""
         # The worker first: a process killed between the two writes leaves a trial of a
         # dead process that holds no config. The other way round it would hold a config
         # with no process to see as dead, and keep its place in the budget for ever.
@@ -258,16 +258,32 @@ class Study:
             return False
         return True
 
-    def _claimed_elsewhere(self, trial: optuna.Trial, config: Config) -> bool:
-        for other in self.optuna.get_trials(deepcopy=False):
-            if (
-                other.number != trial.number
-                and other.user_attrs.get("config") == str(config)
-                and _claimed(other)
-                and (other.state != TrialState.RUNNING or other.number < trial.number)
-            ):
+    def _claimed_elsewhere(self, trial: optuna.Trial, config: Config, wait_s=10.0) -> bool:
+        """Whether another trial holds `config`: one measured, a live claim of a lower
+        number, or one of a higher number that was admitted. A higher one may have
+        checked before our claim was written, and kept it; one not yet admitted is
+        waited for until it backs off (ours stands) or is admitted (it stands). Past
+        `wait_s` undecided, ours backs off: a config is never measured twice."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            undecided = False
+            for other in self.optuna.get_trials(deepcopy=False):
+                if other.number == trial.number or not _counts(other):
+                    continue
+                if other.user_attrs.get("config") != str(config):
+                    continue
+                if (
+                    other.state != TrialState.RUNNING
+                    or other.number < trial.number
+                    or "admitted" in other.user_attrs
+                ):
+                    return True
+                undecided = True
+            if not undecided:
+                return False
+            if time.monotonic() > deadline:
                 return True
-        return False
+            time.sleep(0.05)
 
     def finish(self, trial: optuna.Trial, outcome: Outcome, gpu: str | None = None) -> None:
         """Record what was measured on the trial (and on which GPU, where several measure
@@ -278,13 +294,14 @@ class Study:
         _owned(self._tell, trial, seconds)
 
     def release(self, trial: optuna.Trial, config: Config | None = None) -> None:
-        """Give back a claimed trial that was not measured: failed and marked interrupted,
-        so it neither counts as measured nor keeps its config from being measured later.
-        Given its `config`, that is queued again: a search that stopped, ran out of time
-        or lost a GPU leaves the configs it had chosen to the next one to measure."""
+        """Give back a claimed trial whose result is not recorded: failed and marked
+        interrupted, so it neither counts as measured nor keeps its config from being
+        measured later. Given its `config`, that is queued again (once, _queue_once): a
+        search that stopped, ran out of time or lost a GPU leaves the configs it had
+        chosen to the next one to measure."""
         if _owned(trial.set_user_attr, "interrupted", True) and _owned(self._tell, trial, None):
             if config is not None:
-                self.enqueue(config)
+                self._queue_once(config, trial.number)
 
     def _tell(self, trial, seconds: float | None) -> None:
         if seconds is None:
@@ -298,21 +315,35 @@ class Study:
         for trial in self.optuna.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             pid = _holder(trial)  # (this process's own: left by an earlier search of it)
             if pid is not None and not _alive(pid):
-                tell = self.optuna.tell
-                if _owned(tell, trial.number, state=TrialState.FAIL, skip_if_finished=True):
-                    self._queue_again(trial)
+                try:  # (not skip_if_finished: of two processes opening the study, one queues)
+                    self.optuna.tell(trial.number, state=TrialState.FAIL)
+                except (ValueError, optuna.exceptions.UpdateFinishedTrialError):
+                    continue  # told by another process meanwhile
+                if config := self._config_claimed(trial):
+                    self._queue_once(config, trial.number)
 
-    def _queue_again(self, trial: optuna.trial.FrozenTrial) -> None:
-        """The config an interrupted trial had claimed, queued; nothing where it claimed
-        none (killed before its claim was written) or one of another space (a shared
-        storage may hold anything)."""
+    def _config_claimed(self, trial: optuna.trial.FrozenTrial) -> Config | None:
+        """The config a trial claimed; None where it has none (killed before its config
+        was written) or one of another space (a shared storage may hold anything)."""
         try:
             config = Config.parse(trial.user_attrs["config"])
         except (KeyError, ValueError, AttributeError):  # (SpaceError is a ValueError)
-            return
-        if config.template in self.templates:
-            if load_space(config.template).why_invalid(config, self.problem) is None:
-                self.enqueue(config)
+            return None
+        ours = config.template in self.templates
+        if not ours or load_space(config.template).why_invalid(config, self.problem):
+            return None
+        return config
+
+    def _queue_once(self, config: Config, number: int) -> None:
+        """Queue `config` again, unless a trial of it other than `number` was interrupted
+        too: a config whose measurement takes its process or GPU down with it is queued
+        once, not first on every resume."""
+        text = str(config)
+        for other in self.optuna.get_trials(deepcopy=False):
+            if other.number != number and other.user_attrs.get("config") == text:
+                if _interrupted(other):
+                    return
+        self.enqueue(config)
 
     # --- results ----------------------------------------------------------------------
 
@@ -352,6 +383,12 @@ def _claimed(trial: optuna.trial.FrozenTrial) -> bool:
     # Failed without a failure's reason: interrupted (given back, or its process killed
     # while record() wrote it: reason "ok" set, the value never told).
     return trial.state != TrialState.FAIL or attrs.get("reason", "ok") != "ok"
+
+
+def _interrupted(trial: optuna.trial.FrozenTrial) -> bool:
+    """A claim that ended without a result: given back, or its process killed."""
+    finished = trial.state != TrialState.RUNNING
+    return finished and not _claimed(trial) and "duplicate" not in trial.user_attrs
 
 
 def _counts(trial: optuna.trial.FrozenTrial) -> bool:

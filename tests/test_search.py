@@ -487,6 +487,48 @@ def test_the_budget_counts_the_claims_of_other_processes(tmp_path):
     assert len(measured_trials(study)) + 1 == 8  # (the stand-in records no reason)
 
 
+def test_a_config_given_back_is_queued_again_once():
+    """A claim given back (a search stopped, out of time, a GPU lost) is queued for the
+    next search; given back again, it is not: a config that takes its process or GPU
+    down with it would otherwise come first on every resume."""
+    from autotune.study import Study
+
+    problem = Problem(64, 64, 64)
+    study = Study("given-back", optuna.storages.InMemoryStorage(), None, problem, ["blocked"])
+    config = load_space("blocked").seed_configs(problem)[0]
+    trial, asked = study.ask_for(config)
+    assert asked == config and study.claim(trial, config)
+    study.release(trial, config)
+    assert study.queued()
+    trial, asked = study.ask()
+    assert asked == config and study.claim(trial, config)
+    study.release(trial, config)
+    assert not study.queued()
+
+
+def test_of_two_claims_of_one_config_the_one_kept_first_stands():
+    """Two processes claim one config in trials n and n + 1. Where n + 1 checked before
+    n's claim was written, it kept the config; n, checking after, once ignored a
+    higher number's claim, and both measured it."""
+    from autotune.study import Study
+
+    problem = Problem(64, 64, 64)
+    study = Study("two-claims", optuna.storages.InMemoryStorage(), None, problem, ["blocked"])
+    config, other = load_space("blocked").seed_configs(problem)[:2]
+    lower, higher = study.optuna.ask(), _foreign_claim(study.optuna, config)
+    # higher, not yet admitted: it may still back off; lower waits, then backs off
+    started = time.monotonic()
+    assert study._claimed_elsewhere(lower, config, wait_s=0.3)
+    assert time.monotonic() - started >= 0.3
+    higher.set_user_attr("admitted", True)  # higher kept it and went on: lower backs off
+    assert not study.claim(lower, config)
+    # a higher claim that backed off (a duplicate) holds nothing: the lower one stands
+    lower, higher = study.optuna.ask(), _foreign_claim(study.optuna, other)
+    higher.set_user_attr("duplicate", True)
+    study.optuna.tell(higher, state=optuna.trial.TrialState.FAIL)
+    assert study.claim(lower, other)
+
+
 @pytest.mark.slow
 def test_of_two_claims_for_the_last_place_the_lower_number_is_admitted(tmp_path):
     from autotune.study import Study

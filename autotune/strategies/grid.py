@@ -29,7 +29,7 @@ class Grid:
             while self._next < len(valid) - 1 and str(valid[self._next]) in history:
                 self._next += 1
         self._proposed.add(str(valid[self._next]))
-        return study.ask_for(valid[self._next])  # a new study's seeds come first (queued before)
+        return study.ask_for(valid[self._next])  # queued configs come first (seeds, given back)
 
     def observe(self, config: Config, event: str) -> None:
         pass
