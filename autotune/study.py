@@ -268,9 +268,8 @@ class Study:
         while True:
             undecided = False
             for other in self.optuna.get_trials(deepcopy=False):
-                if other.number == trial.number or not _counts(other):
-                    continue
-                if other.user_attrs.get("config") != str(config):
+                mine = other.number == trial.number
+                if mine or other.user_attrs.get("config") != str(config) or not _counts(other):
                     continue
                 if (
                     other.state != TrialState.RUNNING
@@ -339,11 +338,10 @@ class Study:
         too: a config whose measurement takes its process or GPU down with it is queued
         once, not first on every resume."""
         text = str(config)
-        for other in self.optuna.get_trials(deepcopy=False):
-            if other.number != number and other.user_attrs.get("config") == text:
-                if _interrupted(other):
-                    return
-        self.enqueue(config)
+        trials = self.optuna.get_trials(deepcopy=False)
+        same = [t for t in trials if t.number != number and t.user_attrs.get("config") == text]
+        if not any(map(_interrupted, same)):
+            self.enqueue(config)
 
     # --- results ----------------------------------------------------------------------
 

@@ -39,22 +39,24 @@ def tune_command(tmp_path, shape, *extra):
     ]  # fmt: skip
 
 
-def finished_trials(url, name):
+def trials_in(url, name, state):
+    """The study's trials in `state` (none before the study is made)."""
     try:
         study = optuna.load_study(study_name=name, storage=url)
     except KeyError:
         return []
-    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    return study.get_trials(deepcopy=False, states=(state,))
+
+
+def finished_trials(url, name):
+    complete = trials_in(url, name, optuna.trial.TrialState.COMPLETE)
     return [t for t in complete if "measurement" in t.user_attrs]  # measured, not repeats
 
 
-def claimed_configs(url, name, state):
-    try:
-        study = optuna.load_study(study_name=name, storage=url)
-    except KeyError:
-        return set()
-    trials = study.get_trials(deepcopy=False, states=(state,))
-    return {t.user_attrs["config"] for t in trials if "config" in t.user_attrs}
+def running_claims(url, name):
+    """The configs claimed by trials still RUNNING (of a killed process: interrupted)."""
+    running = trials_in(url, name, optuna.trial.TrialState.RUNNING)
+    return {t.user_attrs["config"] for t in running if "config" in t.user_attrs}
 
 
 def device_cache(gpu, tmp_path):
@@ -126,7 +128,7 @@ def test_killed_tune_loses_nothing_and_resumes(gpu, tmp_path, how, point):
     if point == "in a candidate":  # the worker does not outlive the tuner
         worker = int(marker.read_text())
         wait_for(lambda: not alive(worker), seconds=10)
-    interrupted = claimed_configs(url, name, optuna.trial.TrialState.RUNNING)
+    interrupted = running_claims(url, name)
     # The cache is valid, keeps the earlier entry and holds the best finished result.
     entries = valid_entries(store)
     assert store.best(earlier, True) is not None

@@ -1,7 +1,8 @@
 """Test-only fault injection, planted through the worker's seam (Worker.child and the
 `evaluate` that autotune.worker.serve is handed) and the cache's (DeviceCache._replace):
 how the tests make a worker abort or lose its GPU device, or pause a process inside a
-cache write, a candidate or a claim so that they can kill it there. Nothing of it is in autotune/.
+cache write, a candidate or a claim so that they can kill it there. Nothing of it is in
+autotune/.
 
 AUTOTUNE_TEST_FAULTS holds a JSON object, point -> action:
 
