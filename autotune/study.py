@@ -322,16 +322,27 @@ class Study:
                     self._queue_once(config, trial.number)
 
     def _config_claimed(self, trial: optuna.trial.FrozenTrial) -> Config | None:
-        """The config a trial claimed; None where it has none (killed before its config
-        was written) or one of another space (a shared storage may hold anything)."""
+        """The config a trial claimed, or was claiming where its process was killed
+        between the claim's two writes (read back from the trial's params: an enqueued
+        seed's config would be lost otherwise); None where it has neither, or one of
+        another space (a shared storage may hold anything)."""
         try:
-            config = Config.parse(trial.user_attrs["config"])
+            text = trial.user_attrs.get("config")
+            config = self._proposed(trial) if text is None else Config.parse(text)
         except (KeyError, ValueError, AttributeError):  # (SpaceError is a ValueError)
             return None
         ours = config.template in self.templates
         if not ours or load_space(config.template).why_invalid(config, self.problem):
             return None
         return config
+
+    def _proposed(self, trial: optuna.trial.FrozenTrial) -> Config:
+        """The config `_config_of` asked of the trial, from its params (KeyError where
+        a template or one of its params was never asked)."""
+        several = len(self.templates) > 1
+        template = trial.params["template"] if several else self.templates[0]
+        names = load_space(template).params
+        return Config.make(template, {name: trial.params[f"{template}.{name}"] for name in names})
 
     def _queue_once(self, config: Config, number: int) -> None:
         """Queue `config` again, unless a trial of it other than `number` was interrupted

@@ -506,6 +506,25 @@ def test_a_config_given_back_is_queued_again_once():
     assert not study.queued()
 
 
+def test_a_claim_cut_short_leaves_its_config_queued():
+    """A process killed between a claim's two writes (its worker written, not its
+    config) leaves a trial that holds nothing; the config it was claiming, here an
+    enqueued seed, is read back from the trial's params and queued again."""
+    from autotune.study import Study
+
+    problem = Problem(64, 64, 64)
+    storage = optuna.storages.InMemoryStorage()
+    study = Study("cut-short", storage, None, problem, ["blocked", "tiled"])
+    config = load_space("tiled").seed_configs(problem)[0]  # (the template is a param too)
+    trial, asked = study.ask_for(config)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    trial.set_user_attr("worker", f"{socket.gethostname()}:{dead.pid}")
+    again = Study("cut-short", storage, None, problem, ["blocked", "tiled"])
+    assert asked == config and again.queued()
+    assert again.ask()[1] == config
+
+
 def test_of_two_claims_of_one_config_the_one_kept_first_stands():
     """Two processes claim one config in trials n and n + 1. Where n + 1 checked before
     n's claim was written, it kept the config; n, checking after, once ignored a
