@@ -245,8 +245,9 @@ class Study:
         then backs off as a duplicate). The claim is written, then checked: of two claims
         of one config at once, the one that kept it first stands (_claimed_elsewhere)."""
         # The worker first: a process killed between the two writes leaves a trial of a
-        # dead process that holds no config. The other way round it would hold a config
-        # with no process to see as dead, and keep its place in the budget for ever.
+        # dead process that holds no config (its config is read back from its params and
+        # queued again: _claim_text). The other way round it would hold a config with no
+        # process to see as dead, and keep its place in the budget for ever.
         if not (
             _owned(trial.set_user_attr, "worker", self.worker_id)
             and _owned(trial.set_user_attr, "config", str(config))
@@ -322,27 +323,34 @@ class Study:
                     self._queue_once(config, trial.number)
 
     def _config_claimed(self, trial: optuna.trial.FrozenTrial) -> Config | None:
-        """The config a trial claimed, or was claiming where its process was killed
-        between the claim's two writes (read back from the trial's params: an enqueued
-        seed's config would be lost otherwise); None where it has neither, or one of
-        another space (a shared storage may hold anything)."""
+        """The config a trial claimed (or was claiming, _claim_text); None where it has
+        none, or one of another space (a shared storage may hold anything)."""
+        text = self._claim_text(trial)
         try:
-            text = trial.user_attrs.get("config")
-            config = self._proposed(trial) if text is None else Config.parse(text)
-        except (KeyError, ValueError, AttributeError):  # (SpaceError is a ValueError)
+            config = Config.parse(text) if text is not None else None
+        except (ValueError, AttributeError):  # (SpaceError is a ValueError)
             return None
-        ours = config.template in self.templates
+        ours = config is not None and config.template in self.templates
         if not ours or load_space(config.template).why_invalid(config, self.problem):
             return None
         return config
 
-    def _proposed(self, trial: optuna.trial.FrozenTrial) -> Config:
-        """The config `_config_of` asked of the trial, from its params (KeyError where
-        a template or one of its params was never asked)."""
+    def _claim_text(self, trial: optuna.trial.FrozenTrial) -> str | None:
+        """The config a trial claimed, as written; for a claim cut short (its process
+        killed between the claim's two writes: its worker written, not its config) the
+        one its params name, so that an enqueued seed it was claiming is not lost."""
+        attrs = trial.user_attrs
+        if "config" in attrs or "worker" not in attrs:
+            return attrs.get("config")
         several = len(self.templates) > 1
-        template = trial.params["template"] if several else self.templates[0]
+        template = trial.params.get("template") if several else self.templates[0]
+        if template not in self.templates:
+            return None  # (never asked, or another study's)
         names = load_space(template).params
-        return Config.make(template, {name: trial.params[f"{template}.{name}"] for name in names})
+        try:
+            return str(Config.make(template, {n: trial.params[f"{template}.{n}"] for n in names}))
+        except (KeyError, ValueError):  # a param never asked, or not one of this space's
+            return None
 
     def _queue_once(self, config: Config, number: int) -> None:
         """Queue `config` again, unless a trial of it other than `number` was interrupted
@@ -350,7 +358,7 @@ class Study:
         once, not first on every resume."""
         text = str(config)
         trials = self.optuna.get_trials(deepcopy=False)
-        same = [t for t in trials if t.number != number and t.user_attrs.get("config") == text]
+        same = [t for t in trials if t.number != number and self._claim_text(t) == text]
         if not any(map(_interrupted, same)):
             self.enqueue(config)
 

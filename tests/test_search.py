@@ -506,23 +506,31 @@ def test_a_config_given_back_is_queued_again_once():
     assert not study.queued()
 
 
-def test_a_claim_cut_short_leaves_its_config_queued():
+def test_a_claim_cut_short_leaves_its_config_queued_once():
     """A process killed between a claim's two writes (its worker written, not its
     config) leaves a trial that holds nothing; the config it was claiming, here an
-    enqueued seed, is read back from the trial's params and queued again."""
+    enqueued seed, is read back from the trial's params and queued again. Killed again
+    measuring it, it is not queued a third time."""
     from autotune.study import Study
 
     problem = Problem(64, 64, 64)
     storage = optuna.storages.InMemoryStorage()
-    study = Study("cut-short", storage, None, problem, ["blocked", "tiled"])
+
+    def opened():
+        return Study("cut-short", storage, None, problem, ["blocked", "tiled"])
+
     config = load_space("tiled").seed_configs(problem)[0]  # (the template is a param too)
-    trial, asked = study.ask_for(config)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    trial.set_user_attr("worker", f"{socket.gethostname()}:{dead.pid}")
-    again = Study("cut-short", storage, None, problem, ["blocked", "tiled"])
-    assert asked == config and again.queued()
-    assert again.ask()[1] == config
+    trial, asked = opened().ask_for(config)
+    assert asked == config
+    trial.set_user_attr("worker", f"{socket.gethostname()}:{dead.pid}")  # then killed
+    again = opened()
+    assert again.queued()
+    trial, asked = again.ask()
+    assert asked == config and again.claim(trial, config)
+    trial.set_user_attr("worker", f"{socket.gethostname()}:{dead.pid}")  # killed again
+    assert not opened().queued()
 
 
 def test_of_two_claims_of_one_config_the_one_kept_first_stands():
