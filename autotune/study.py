@@ -34,6 +34,7 @@ from .version import __version__
 TrialState = optuna.trial.TrialState
 REFRESH_S = 1.0  # other processes' results are read at most this often
 DIGITS = 4  # significant digits of the readable numbers (GFLOP/s, ms); exact: measurement
+TEMPLATE = "template"  # the param that picks the template, where a study searches several
 
 
 def study_name(
@@ -213,18 +214,18 @@ class Study:
         return bool(self.optuna.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
 
     def enqueue(self, config: Config) -> None:
-        params = {f"{config.template}.{k}": v for k, v in config.params}
+        params = {_param(config.template, k): v for k, v in config.params}
         if len(self.templates) > 1:
-            params["template"] = config.template
+            params[TEMPLATE] = config.template
         self.optuna.enqueue_trial(params)
 
     def _config_of(self, trial: optuna.Trial) -> Config:
         templates = list(self.templates)
         template = (
-            trial.suggest_categorical("template", templates) if len(templates) > 1 else templates[0]
+            trial.suggest_categorical(TEMPLATE, templates) if len(templates) > 1 else templates[0]
         )
         params = {
-            name: trial.suggest_categorical(f"{template}.{name}", list(values))
+            name: trial.suggest_categorical(_param(template, name), list(values))
             for name, values in load_space(template).params.items()
         }
         return Config.make(template, params)
@@ -326,11 +327,13 @@ class Study:
         """The config a trial claimed (or was claiming, _claim_text); None where it has
         none, or one of another space (a shared storage may hold anything)."""
         text = self._claim_text(trial)
+        if text is None:
+            return None
         try:
-            config = Config.parse(text) if text is not None else None
+            config = Config.parse(text)
         except (ValueError, AttributeError):  # (SpaceError is a ValueError)
             return None
-        ours = config is not None and config.template in self.templates
+        ours = config.template in self.templates
         if not ours or load_space(config.template).why_invalid(config, self.problem):
             return None
         return config
@@ -343,12 +346,12 @@ class Study:
         if "config" in attrs or "worker" not in attrs:
             return attrs.get("config")
         several = len(self.templates) > 1
-        template = trial.params.get("template") if several else self.templates[0]
+        template = trial.params.get(TEMPLATE) if several else self.templates[0]
         if template not in self.templates:
             return None  # (never asked, or another study's)
         names = load_space(template).params
         try:
-            return str(Config.make(template, {n: trial.params[f"{template}.{n}"] for n in names}))
+            return str(Config.make(template, {n: trial.params[_param(template, n)] for n in names}))
         except (KeyError, ValueError):  # a param never asked, or not one of this space's
             return None
 
@@ -400,6 +403,12 @@ def _claimed(trial: optuna.trial.FrozenTrial) -> bool:
     # Failed without a failure's reason: interrupted (given back, or its process killed
     # while record() wrote it: reason "ok" set, the value never told).
     return trial.state != TrialState.FAIL or attrs.get("reason", "ok") != "ok"
+
+
+def _param(template: str, name: str) -> str:
+    """The name of a template's parameter among the trial's params (one study may search
+    several templates; which one is the param TEMPLATE)."""
+    return f"{template}.{name}"
 
 
 def _interrupted(trial: optuna.trial.FrozenTrial) -> bool:
