@@ -200,8 +200,12 @@ class Study:
     # --- asking and claiming ---------------------------------------------------------
 
     def ask(self) -> tuple[optuna.Trial, Config]:
-        """A trial and the config the study's sampler proposes for it."""
+        """A trial and the config the study's sampler proposes for it. The trial names
+        its process at once: one killed before it claims the config (or prunes it) leaves
+        a RUNNING trial that the next process to open the study can see is dead, fail,
+        and whose config (an enqueued seed, say) it queues again (_claim_text)."""
         trial = self.optuna.ask()
+        _owned(trial.set_user_attr, "worker", self.worker_id)
         return trial, self._config_of(trial)
 
     def ask_for(self, config: Config) -> tuple[optuna.Trial, Config]:
@@ -245,14 +249,9 @@ class Study:
         """Claim `config` for this process; False when another trial holds it (this one
         then backs off as a duplicate). The claim is written, then checked: of two claims
         of one config at once, the one that kept it first stands (_claimed_elsewhere)."""
-        # The worker first: a process killed between the two writes leaves a trial of a
-        # dead process that holds no config (its config is read back from its params and
-        # queued again: _claim_text). The other way round it would hold a config with no
-        # process to see as dead, and keep its place in the budget for ever.
-        if not (
-            _owned(trial.set_user_attr, "worker", self.worker_id)
-            and _owned(trial.set_user_attr, "config", str(config))
-        ):
+        # The worker is written at ask: one write claims, and a claim never holds a config
+        # without a process to see as dead (it would keep its place in the budget for ever).
+        if not _owned(trial.set_user_attr, "config", str(config)):
             return False
         if self._claimed_elsewhere(trial, config):
             if _owned(trial.set_user_attr, "duplicate", True):
@@ -339,20 +338,22 @@ class Study:
         return config
 
     def _claim_text(self, trial: optuna.trial.FrozenTrial) -> str | None:
-        """The config a trial claimed, as written; for a claim cut short (its process
-        killed between the claim's two writes: its worker written, not its config) the
-        one its params name, so that an enqueued seed it was claiming is not lost."""
+        """The config a trial claimed, as written; for a proposal cut short (its process
+        killed after ask, before the claim: a worker, no config) the one it was asked
+        for, so that an enqueued seed it was claiming is not lost. A proposal pruned or
+        answered without the GPU (its `note`) claimed nothing."""
         attrs = trial.user_attrs
-        if "config" in attrs or "worker" not in attrs:
+        if "config" in attrs or "worker" not in attrs or "note" in attrs:
             return attrs.get("config")
+        params = _asked_params(trial)
         several = len(self.templates) > 1
-        template = trial.params.get(TEMPLATE) if several else self.templates[0]
+        template = params.get(TEMPLATE) if several else self.templates[0]
         if template not in self.templates:
             return None  # (never asked, or another study's)
         names = load_space(template).params
         try:
-            return str(Config.make(template, {n: trial.params[_param(template, n)] for n in names}))
-        except (KeyError, ValueError):  # a param never asked, or not one of this space's
+            return str(Config.make(template, {n: params[_param(template, n)] for n in names}))
+        except (KeyError, ValueError, TypeError):  # a param never asked, or not this space's
             return None
 
     def _queue_once(self, config: Config, number: int) -> None:
@@ -403,6 +404,14 @@ def _claimed(trial: optuna.trial.FrozenTrial) -> bool:
     # Failed without a failure's reason: interrupted (given back, or its process killed
     # while record() wrote it: reason "ok" set, the value never told).
     return trial.state != TrialState.FAIL or attrs.get("reason", "ok") != "ok"
+
+
+def _asked_params(trial: optuna.trial.FrozenTrial) -> dict:
+    """The params a trial was asked for: an enqueued trial whose process was killed before
+    they were suggested holds them only as Optuna's fixed params (enqueue_trial's system
+    attribute; a shared storage may hold anything there)."""
+    fixed = trial.system_attrs.get("fixed_params")
+    return {**(fixed if isinstance(fixed, dict) else {}), **trial.params}
 
 
 def _param(template: str, name: str) -> str:

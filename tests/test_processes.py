@@ -1,9 +1,10 @@
 """Real `tune` processes: killed at several points, and two writing one cache at once.
 
-Killing `tune` (SIGINT or SIGKILL) between trials, inside a cache write or a claim, or
-while its worker runs a candidate leaves a valid cache holding every finished result,
-stops the worker, and a second run on the same storage resumes the study to its budget,
-measuring what the killed run had claimed.
+Killing `tune` (SIGINT or SIGKILL) between trials, inside a cache write, between asking
+for a trial and claiming its config, or while its worker runs a candidate leaves a valid
+cache holding every finished result, stops the worker, and a second run on the same
+storage resumes the study to its budget, measuring what the killed run had claimed or
+was asked.
 """
 
 import json
@@ -24,7 +25,7 @@ from autotune import cache
 from autotune.device import versions
 from autotune.problem import Problem
 from autotune.search import study_name
-from autotune.space import load_space
+from autotune.space import Config, load_space
 
 pytestmark = pytest.mark.slow
 
@@ -54,9 +55,18 @@ def finished_trials(url, name):
 
 
 def running_claims(url, name):
-    """The configs claimed by trials still RUNNING (of a killed process: interrupted)."""
+    """The configs claimed by trials still RUNNING (of a killed process: interrupted),
+    and those of enqueued trials it had asked but not yet claimed."""
     running = trials_in(url, name, optuna.trial.TrialState.RUNNING)
-    return {t.user_attrs["config"] for t in running if "config" in t.user_attrs}
+    return {t.user_attrs.get("config") or enqueued_config(t) for t in running} - {None}
+
+
+def enqueued_config(trial):
+    """The config text an enqueued trial of a `naive` study was asked for (None: not one)."""
+    fixed = trial.system_attrs.get("fixed_params")
+    if not fixed:
+        return None
+    return str(Config.make("naive", {k.split(".", 1)[1]: v for k, v in fixed.items()}))
 
 
 def device_cache(gpu, tmp_path):
@@ -87,7 +97,7 @@ def alive(pid):
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
 @pytest.mark.parametrize(
-    "point", ["between trials", "in a cache write", "in a candidate", "in a claim"]
+    "point", ["between trials", "in a cache write", "in a candidate", "in a proposal"]
 )
 def test_killed_tune_loses_nothing_and_resumes(gpu, tmp_path, how, point):
     url = f"sqlite:///{tmp_path / 'study.db'}"
@@ -109,8 +119,8 @@ def test_killed_tune_loses_nothing_and_resumes(gpu, tmp_path, how, point):
         env[faults.ENV] = json.dumps({"cache-write": f"pause:{marker}"})
     elif point == "in a candidate":
         env[faults.ENV] = json.dumps({"evaluate": f"pause:{marker}"})
-    elif point == "in a claim":  # half written: it must not hold a place in the budget
-        env[faults.ENV] = json.dumps({"claim": f"pause:{marker}"})
+    elif point == "in a proposal":  # asked, not claimed: no place in the budget, no seed lost
+        env[faults.ENV] = json.dumps({"proposal": f"pause:{marker}"})
     command = tune_command(tmp_path, "32x32x32", "--trials", str(TRIALS), "--storage", url)
     process = subprocess.Popen(
         command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -144,7 +154,7 @@ def test_killed_tune_loses_nothing_and_resumes(gpu, tmp_path, how, point):
     assert len(finished_trials(url, name)) == TRIALS
     # What the killed run had claimed (measuring, or compiled ahead) is measured now.
     assert interrupted <= {t.user_attrs["config"] for t in finished_trials(url, name)}
-    if point == "in a cache write":  # of a new best, reported before it is told finished
+    if point in ("in a cache write", "in a proposal"):  # a new best; the first seed asked
         assert interrupted
     entries = valid_entries(store)
     assert len(entries) == 2 and not list((tmp_path / "cache").glob("*.tmp"))

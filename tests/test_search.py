@@ -506,11 +506,12 @@ def test_a_config_given_back_is_queued_again_once():
     assert not study.queued()
 
 
-def test_a_claim_cut_short_leaves_its_config_queued_once():
-    """A process killed between a claim's two writes (its worker written, not its
-    config) leaves a trial that holds nothing; the config it was claiming, here an
-    enqueued seed, is read back from the trial's params and queued again. Killed again
-    measuring it, it is not queued a third time."""
+def test_a_proposal_cut_short_leaves_its_config_queued_once():
+    """A process killed after asking for a trial, before it claimed the config (here an
+    enqueued seed, killed before even its params were asked), leaves a trial that holds
+    nothing but names its process: the next process fails it and queues the config
+    again, read back from what it was asked with. Killed again measuring it, it is not
+    queued a third time."""
     from autotune.study import Study
 
     problem = Problem(64, 64, 64)
@@ -522,14 +523,16 @@ def test_a_claim_cut_short_leaves_its_config_queued_once():
     config = load_space("tiled").seed_configs(problem)[0]  # (the template is a param too)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    trial, asked = opened().ask_for(config)
-    assert asked == config
-    trial.set_user_attr("worker", f"{socket.gethostname()}:{dead.pid}")  # then killed
+    worker = f"{socket.gethostname()}:{dead.pid}"
+    first = opened()
+    first.enqueue(config)
+    first.optuna.ask().set_user_attr("worker", worker)  # Study.ask's first write; killed
     again = opened()
     assert again.queued()
     trial, asked = again.ask()
-    assert asked == config and again.claim(trial, config)
-    trial.set_user_attr("worker", f"{socket.gethostname()}:{dead.pid}")  # killed again
+    assert asked == config and trial.user_attrs["worker"] == again.worker_id
+    assert again.claim(trial, config)
+    trial.set_user_attr("worker", worker)  # killed measuring it
     assert not opened().queued()
 
 

@@ -1,7 +1,7 @@
 """Test-only fault injection, planted through the worker's seam (Worker.child and the
 `evaluate` that autotune.worker.serve is handed) and the cache's (DeviceCache._replace):
 how the tests make a worker abort or lose its GPU device, or pause a process inside a
-cache write, a candidate or a claim so that they can kill it there. Nothing of it is in
+cache write, a candidate or a proposal so that they can kill it there. Nothing of it is in
 autotune/.
 
 AUTOTUNE_TEST_FAULTS holds a JSON object, point -> action:
@@ -12,8 +12,9 @@ AUTOTUNE_TEST_FAULTS holds a JSON object, point -> action:
     "evaluate" (any candidate)          -> same actions as above, or "pause:<file>"
     "cache-write" (between writing the  -> "pause:<file>": write the pid to <file>, then
     temp file and replacing the cache)     sleep a minute (the test kills us meanwhile)
-    "claim" (after the first of the     -> "pause:<file>", as above
-    study writes that claim a config)
+    "proposal" (after a trial is asked  -> "pause:<file>", as above
+    and names its process, before its
+    config is asked and claimed)
 
 The worker runs `python -c "from faults import main; ..."` with this folder on
 PYTHONPATH (`plant` arranges both, for this process and the processes it starts).
@@ -78,14 +79,13 @@ def _replace_with_pause(self, temp) -> None:
 
 
 _set_user_attr = optuna.Trial.set_user_attr
-CLAIM = ("config", "worker")  # the trial attributes a claim writes, one at a time
 
 
 def _set_user_attr_with_pause(self, key, value) -> None:
-    first_of_claim = key in CLAIM and not any(k in self.user_attrs for k in CLAIM)
+    asked = key == "worker" and not self.user_attrs  # (Study.ask's first write)
     _set_user_attr(self, key, value)
-    if first_of_claim:
-        pause(planned("claim"))  # killed right here: half a claim is in the study
+    if asked:
+        pause(planned("proposal"))  # killed right here: a trial asked, its config not claimed
 
 
 def plant(monkeypatch=None) -> None:
