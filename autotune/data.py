@@ -7,6 +7,7 @@ built-in `_bindings.wgsl.j2`; they may not shadow a built-in template.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -34,8 +35,10 @@ def data_path(name: str) -> Path:
     return PACKAGE / name
 
 
+@functools.cache
 def in_checkout() -> bool:
-    """True when running from a source checkout (editable install or plain PYTHONPATH)."""
+    """True when running from a source checkout (editable install or plain PYTHONPATH);
+    asked once per process (lookup asks for every template's files on every call)."""
     return (PACKAGE.parent / "pyproject.toml").is_file() and (PACKAGE.parent / "templates").is_dir()
 
 
@@ -46,14 +49,28 @@ def extra_template_folders() -> list[Path]:
 
 def template_sources() -> dict[str, tuple[Path, Path]]:
     """Template name -> (its .wgsl.j2 file, its search-space .toml file)."""
-    sources = {}
-    spaces, templates = data_path("search_spaces"), data_path("templates")
-    for space in sorted(spaces.glob("*.toml")):
-        name = space.name.removesuffix(".toml")
-        sources[name] = (templates / f"{name}.wgsl.j2", space)
-    for folder in extra_template_folders():
-        for space in sorted(folder.glob("*.toml")):
-            name = space.name.removesuffix(".toml")
+    folders = [data_path("search_spaces"), *extra_template_folders()]
+    listings = tuple((str(folder), _toml_names(folder)) for folder in folders)
+    return dict(_sources(str(data_path("templates")), listings))
+
+
+def _toml_names(folder: Path) -> tuple[str, ...]:
+    """The names of a folder's *.toml entries, sorted (none where it cannot be listed). A
+    listing, not a glob: lookup reads it for every template on every call."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return ()
+    return tuple(sorted(n.removesuffix(".toml") for n in names if n.endswith(".toml")))
+
+
+@functools.lru_cache(maxsize=64)
+def _sources(templates: str, listings: tuple) -> dict[str, tuple[Path, Path]]:
+    # Keyed on the listings themselves: a file added or removed is seen on the next call.
+    (spaces, builtin), *extra = listings
+    sources = {n: (Path(templates, f"{n}.wgsl.j2"), Path(spaces, f"{n}.toml")) for n in builtin}
+    for folder, names in extra:
+        for name in names:
             if name.isidentifier() and name not in sources:
-                sources[name] = (folder / f"{name}.wgsl.j2", space)
+                sources[name] = (Path(folder, f"{name}.wgsl.j2"), Path(folder, f"{name}.toml"))
     return sources

@@ -9,10 +9,11 @@ import pytest
 
 from autotune import cache
 from autotune.__main__ import main
+from autotune.data import data_path
 from autotune.key import Key
 from autotune.problem import Problem
 from autotune.render import kernel_id
-from autotune.space import load_space
+from autotune.space import load_space, template_names
 
 FINGERPRINT = {
     "backend": "Vulkan",
@@ -50,6 +51,22 @@ def test_round_trip_and_best(tmp_path):
     assert again.get(fast.key) == fast
     assert again.best(Problem(64, 64, 64), checks=True) == fast
     assert again.best(Problem(64, 64, 64), checks=False) is None
+
+
+def test_a_reader_sees_every_write_and_every_template_added(tmp_path, monkeypatch):
+    """What a file holds and which templates exist are remembered between reads (lookup
+    reads them often), never past a change: another process's write, a new template."""
+    reader = cache.DeviceCache(tmp_path, FINGERPRINT, VERSIONS)
+    writer = cache.DeviceCache(tmp_path, FINGERPRINT, VERSIONS)
+    assert writer.put(entry(seed=0)) and len(reader.entries()) == 1
+    assert writer.put(entry(seed=0, template="tiled")) and len(reader.entries()) == 2
+    mine = tmp_path / "templates"
+    mine.mkdir()
+    monkeypatch.setenv("AUTOTUNE_TEMPLATE_PATH", str(mine))
+    assert "mine" not in template_names()
+    (mine / "mine.toml").write_text((data_path("search_spaces") / "naive.toml").read_text())
+    (mine / "mine.wgsl.j2").write_text((data_path("templates") / "naive.wgsl.j2").read_text())
+    assert "mine" in template_names() and load_space("mine").params == load_space("naive").params
 
 
 def test_faster_entry_of_another_config_is_kept(tmp_path):
