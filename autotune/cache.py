@@ -36,8 +36,8 @@ from .files import FileRefused, read_limited, write_whole
 from .key import Key
 from .measure import METHODS
 from .problem import Problem
-from .render import kernel_id, template_hash
-from .space import Config, SpaceError, load_space, template_names
+from .render import kernel_id
+from .space import Config, SpaceError, load_space
 
 SCHEMA = 2  # 2: keys name the kernel identity (key.py) rather than the template text
 CACHE_ENV = "AUTOTUNE_CACHE"
@@ -47,8 +47,6 @@ class CacheWarning(UserWarning):
     """A cache file could not be used (corrupt, newer schema) and was set aside."""
 
 
-_READ: dict[str, tuple] = {}  # path -> (the file's and templates' stamp, its entries)
-MAX_FILES_READ = 64
 _WARNED: set[str] = set()  # the CacheWarnings shown: one lookup or tune reads a file often
 
 
@@ -267,29 +265,7 @@ class DeviceCache:
 
     def entries(self) -> dict[str, Entry]:
         """All valid entries, current or stale (is_current tells; only current entries
-        are served as exact, a stale one's config may still be tried as a neighbour).
-
-        Remembered until the file or a template's files change: one lookup reads the
-        file several times, and checking every entry against its space costs more than
-        the lookup's own work."""
-        try:  # (stamped before it is read: a file replaced meanwhile is read again next time)
-            info = self.path.stat()
-        except OSError:
-            return self._entries()
-        templates = {name: template_hash(name) for name in template_names()}
-        stamp = (info.st_ino, info.st_mtime_ns, info.st_size, str(templates), self._identity)
-        known = _READ.get(str(self.path))
-        if known is None or known[0] != stamp:
-            if len(_READ) >= MAX_FILES_READ:
-                _READ.clear()
-            _READ[str(self.path)] = known = (stamp, self._entries())
-        return dict(known[1])
-
-    @property
-    def _identity(self) -> str:
-        return json.dumps([self.fingerprint, self.versions], sort_keys=True)
-
-    def _entries(self) -> dict[str, Entry]:
+        are served as exact, a stale one's config may still be tried as a neighbour)."""
         data = self._load()
         entries = {}
         for text_key, value in data.get("entries", {}).items():
