@@ -1,8 +1,9 @@
 """Study: the Optuna study a search keeps its trials in, shared by every process (and
 machine) tuning one problem on one kind of device.
 
-A trial is one claimed config. Its claim is made in the study, so that two processes on
-one storage never measure one config twice: the later claim backs off (`duplicate`).
+A trial is one proposed config, claimed before it is measured. The claim is made in
+the study, so that two processes on one storage never measure one config twice: the
+later claim backs off (`duplicate`).
 A measured trial carries what was measured in user attributes (`record`), and the
 study says what it tunes (`study_attrs`), so that optuna-dashboard shows a useful view
 of a study (docs/DASHBOARD.md). A trial whose process was killed (left RUNNING by a
@@ -311,7 +312,8 @@ class Study:
 
     def _fail_interrupted(self) -> None:
         """Trials left RUNNING by a killed process of this machine: failed, as interrupted
-        (not counted as measured), and the configs they had claimed queued again."""
+        (not counted as measured), and the configs they had claimed or been asked for
+        queued again."""
         for trial in self.optuna.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             pid = _holder(trial)  # (this process's own: left by an earlier search of it)
             if pid is not None and not _alive(pid):
@@ -421,7 +423,8 @@ def _param(template: str, name: str) -> str:
 
 
 def _interrupted(trial: optuna.trial.FrozenTrial) -> bool:
-    """A claim that ended without a result: given back, or its process killed."""
+    """A claim (or a proposal) that ended without a result: given back, or its process
+    killed."""
     finished = trial.state != TrialState.RUNNING
     return finished and not _claimed(trial) and "duplicate" not in trial.user_attrs
 
@@ -441,7 +444,7 @@ def _counts(trial: optuna.trial.FrozenTrial) -> bool:
 
 
 def _holder(trial: optuna.trial.FrozenTrial) -> int | None:
-    """The pid of the process of this machine that claimed `trial` (its "worker" is
+    """The pid of the process of this machine that asked for `trial` (its "worker" is
     host:pid); None for another machine's, whose processes cannot be seen from here."""
     name, _, pid = str(trial.user_attrs.get("worker", "")).rpartition(":")
     return int(pid) if name == socket.gethostname() and pid.isdigit() else None

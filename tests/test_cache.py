@@ -54,8 +54,8 @@ def test_round_trip_and_best(tmp_path):
 
 
 def test_a_reader_sees_every_write_and_every_template_added(tmp_path, monkeypatch):
-    """What a file holds and which templates exist are remembered between reads (lookup
-    reads them often), never past a change: another process's write, a new template."""
+    """A reader sees another process's write at its next read, and a template added to
+    the template path at the next listing (the listing is cached on its contents)."""
     reader = cache.DeviceCache(tmp_path, FINGERPRINT, VERSIONS)
     writer = cache.DeviceCache(tmp_path, FINGERPRINT, VERSIONS)
     assert writer.put(entry(seed=0)) and len(reader.entries()) == 1

@@ -19,13 +19,14 @@ from pathlib import Path
 import optuna
 import pytest
 from faulty import faults
+from trials import enqueued_config
 
 import autotune
 from autotune import cache
 from autotune.device import versions
 from autotune.problem import Problem
 from autotune.search import study_name
-from autotune.space import Config, load_space
+from autotune.space import load_space
 
 pytestmark = pytest.mark.slow
 
@@ -59,14 +60,6 @@ def running_claims(url, name):
     and those of enqueued trials it had asked but not yet claimed."""
     running = trials_in(url, name, optuna.trial.TrialState.RUNNING)
     return {t.user_attrs.get("config") or enqueued_config(t) for t in running} - {None}
-
-
-def enqueued_config(trial):
-    """The config text an enqueued trial of a `naive` study was asked for (None: not one)."""
-    fixed = trial.system_attrs.get("fixed_params")
-    if not fixed:
-        return None
-    return str(Config.make("naive", {k.split(".", 1)[1]: v for k, v in fixed.items()}))
 
 
 def device_cache(gpu, tmp_path):

@@ -10,6 +10,7 @@ from collections import Counter
 
 import optuna
 import pytest
+from trials import enqueued_config
 
 import autotune
 from autotune import cache
@@ -79,7 +80,7 @@ def test_compiling_ahead_measures_each_config_once_and_releases_what_it_did_not_
     assert all(t.state == optuna.trial.TrialState.FAIL for t in released)
     assert not {t.user_attrs["config"] for t in released} & set(configs)
     assert result.best is not None and result.best.ok
-    queued = [queued_config(t) for t in study.get_trials(deepcopy=False, states=(WAITING,))]
+    queued = [enqueued_config(t) for t in study.get_trials(deepcopy=False, states=(WAITING,))]
     assert [t.user_attrs["config"] for t in released] == queued[len(queued) - len(released) :]
     if budget == "timeout":  # time ran out with configs compiled ahead: they wait
         assert released
@@ -90,13 +91,6 @@ def test_compiling_ahead_measures_each_config_once_and_releases_what_it_did_not_
     study = optuna.load_study(study_name=result.study_name, storage=storage)
     unmeasured = [config for config in queued if config not in configs]
     assert {t.user_attrs["config"] for t in measured_trials(study)} >= set(unmeasured[:2])
-
-
-def queued_config(trial) -> str:
-    """The config text of a waiting (enqueued) trial of one template's study."""
-    fixed = trial.system_attrs["fixed_params"]
-    template = next(iter(fixed)).split(".")[0]
-    return str(Config.make(template, {k.split(".", 1)[1]: v for k, v in fixed.items()}))
 
 
 @pytest.mark.slow
