@@ -359,12 +359,13 @@ class Study:
             return None
 
     def _queue_once(self, config: Config, number: int) -> None:
-        """Queue `config` again, unless a trial of it other than `number` was interrupted
-        too: a config whose measurement takes its process or GPU down with it is queued
-        once, not first on every resume."""
+        """Queue `config` again, unless a trial that claimed it, other than `number`, was
+        interrupted too: a config whose measurement takes its process or GPU down with it
+        is queued once, not first on every resume. A proposal cut short (its config never
+        claimed) does not count: it never reached the GPU."""
         text = str(config)
         trials = self.optuna.get_trials(deepcopy=False)
-        same = [t for t in trials if t.number != number and self._claim_text(t) == text]
+        same = [t for t in trials if t.number != number and t.user_attrs.get("config") == text]
         if not any(map(_interrupted, same)):
             self.enqueue(config)
 

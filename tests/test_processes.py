@@ -27,6 +27,7 @@ from autotune.device import versions
 from autotune.problem import Problem
 from autotune.search import study_name
 from autotune.space import load_space
+from autotune.study import Study
 
 pytestmark = pytest.mark.slow
 
@@ -132,6 +133,10 @@ def test_killed_tune_loses_nothing_and_resumes(gpu, tmp_path, how, point):
         worker = int(marker.read_text())
         wait_for(lambda: not alive(worker), seconds=10)
     interrupted = running_claims(url, name)
+    if point == "in a proposal":  # the next process to open the study queues the seed again
+        Study(name, url, None, problem, ["naive"])
+        waiting = trials_in(url, name, optuna.trial.TrialState.WAITING)
+        assert interrupted and interrupted <= {enqueued_config(t) for t in waiting}
     # The cache is valid, keeps the earlier entry and holds the best finished result.
     entries = valid_entries(store)
     assert store.best(earlier, True) is not None
