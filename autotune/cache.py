@@ -36,8 +36,8 @@ from .files import FileRefused, read_limited, write_whole
 from .key import Key
 from .measure import METHODS
 from .problem import Problem
-from .render import kernel_id
-from .space import Config, SpaceError, load_space
+from .render import kernel_id, template_stamp
+from .space import Config, SpaceError, load_space, template_names
 
 SCHEMA = 2  # 2: keys name the kernel identity (key.py) rather than the template text
 CACHE_ENV = "AUTOTUNE_CACHE"
@@ -47,6 +47,8 @@ class CacheWarning(UserWarning):
     """A cache file could not be used (corrupt, newer schema) and was set aside."""
 
 
+_READ: dict[str, tuple] = {}  # path -> (the file's and templates' stamp, its valid entries)
+MAX_FILES_READ = 64
 _WARNED: set[str] = set()  # the CacheWarnings shown: one lookup or tune reads a file often
 
 
@@ -265,14 +267,37 @@ class DeviceCache:
 
     def entries(self) -> dict[str, Entry]:
         """All valid entries, current or stale (is_current tells; only current entries
-        are served as exact, a stale one's config may still be tried as a neighbour)."""
-        data = self._load()
+        are served as exact, a stale one's config may still be tried as a neighbour).
+
+        Remembered per file until its bytes or a template's files change: one lookup
+        reads the file several times, and checking every entry against its space costs
+        more than the lookup's own work. A file set aside or unreadable is never
+        remembered, so the next read tries it again."""
+        raw = self._read()
+        if raw is None:
+            return {}
+        stamp = (hashlib.sha256(raw).digest(), self._identity, _templates_stamp())
+        known = _READ.get(str(self.path))
+        if known is None or known[0] != stamp:
+            data = self._parse(raw)
+            if data is None:
+                return {}
+            if len(_READ) >= MAX_FILES_READ:
+                _READ.clear()
+            _READ[str(self.path)] = known = (stamp, self._valid_entries(data))
+        return {text: _copied(entry) for text, entry in known[1].items()}
+
+    @property
+    def _identity(self) -> str:
+        return json.dumps([self.fingerprint, self.versions], sort_keys=True)
+
+    def _valid_entries(self, data: dict) -> dict[str, Entry]:
         entries = {}
-        for text_key, value in data.get("entries", {}).items():
+        for text_key, value in data["entries"].items():
             try:
                 entries[text_key] = Entry.from_json(text_key, value)
             except (ValueError, SpaceError) as error:
-                warn_once(f"{self.path}: entry {text_key[:80]!r} ignored: {error}", stacklevel=2)
+                warn_once(f"{self.path}: entry {text_key[:80]!r} ignored: {error}", stacklevel=3)
         return entries
 
     def get(self, key: Key) -> Entry | None:
@@ -297,16 +322,24 @@ class DeviceCache:
         return min(matching, key=lambda e: e.median_s, default=None)
 
     def _load(self) -> dict:
+        """The file's contents, checked to be this device's cache file; {} where there
+        is none or it was set aside."""
+        raw = self._read()
+        return (self._parse(raw) if raw is not None else None) or {}
+
+    def _read(self) -> bytes | None:
         try:
-            raw = read_limited(self.path, MAX_FILE_BYTES)
+            return read_limited(self.path, MAX_FILE_BYTES)
         except FileNotFoundError:
-            return {}
+            return None
         except FileRefused as error:  # a FIFO, /dev/zero, a folder, too large: not ours
             self._set_aside(error)
-            return {}
+            return None
         except OSError as error:
             warn_once(f"{self.path}: unreadable ({error}); ignored", stacklevel=3)
-            return {}
+            return None
+
+    def _parse(self, raw: bytes) -> dict | None:
         try:
             data = json.loads(raw.decode())  # UnicodeDecodeError is a ValueError too
             if not isinstance(data, dict) or type(data.get("schema")) is not int:
@@ -326,7 +359,7 @@ class DeviceCache:
         except (ValueError, RecursionError) as error:
             # (JSONDecodeError is a ValueError; nesting a thousand deep is a RecursionError)
             self._set_aside(ValueError(str(error)[:200]))
-            return {}
+            return None
         return data
 
     def _set_aside(self, error: Exception) -> None:
@@ -415,6 +448,17 @@ def locked(path: Path, field: str, error=CacheError):
         yield
     finally:
         held.release()
+
+
+def _templates_stamp() -> tuple:
+    """What an entry's validity depends on besides the file: the templates known and
+    their files (a space edited makes a config invalid)."""
+    return tuple((name, template_stamp(name)) for name in template_names())
+
+
+def _copied(entry: Entry) -> Entry:
+    """A remembered entry with its dicts copied: a caller's edit never reaches the memo."""
+    return replace(entry, params=dict(entry.params), failures=dict(entry.failures))
 
 
 def is_current(entry: Entry) -> bool:

@@ -27,8 +27,10 @@ BUILT_IN = (
 )  # fmt: skip
 
 
+@functools.cache
 def data_path(name: str) -> Path:
-    """templates/, search_spaces/ or cache/: the checkout's copy if there, else the wheel's."""
+    """templates/, search_spaces/ or cache/: the checkout's copy if there, else the wheel's
+    (remembered, as in_checkout is: lookup asks for it some 400 times a call)."""
     checkout = PACKAGE.parent / name
     if in_checkout():
         return checkout

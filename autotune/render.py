@@ -85,6 +85,17 @@ def template_hash(template: str) -> str:
     return _hashes[template][2]
 
 
+def template_stamp(template: str) -> str | None:
+    """template_hash, or None where it cannot be taken (a stray .toml on the template
+    path, a file unreadable or broken): such a template is refused where it is used,
+    and must not break what only checks whether any template changed."""
+    try:
+        return template_hash(template)
+    except (OSError, ValueError, KeyError, jinja2.TemplateError):
+        # (FileRefused, SpaceError and TOML errors are ValueErrors)
+        return None
+
+
 _hashes: dict[str, tuple] = {}  # template -> (its files, their stamps, hash)
 
 

@@ -64,9 +64,59 @@ def test_a_reader_sees_every_write_and_every_template_added(tmp_path, monkeypatc
     mine.mkdir()
     monkeypatch.setenv("AUTOTUNE_TEMPLATE_PATH", str(mine))
     assert "mine" not in template_names()
-    (mine / "mine.toml").write_text((data_path("search_spaces") / "naive.toml").read_text())
-    (mine / "mine.wgsl.j2").write_text((data_path("templates") / "naive.wgsl.j2").read_text())
+    _template_mine(mine)
     assert "mine" in template_names() and load_space("mine").params == load_space("naive").params
+
+
+def _template_mine(folder):
+    """A copy of `naive` named `mine` in `folder` (put on the template path)."""
+    folder.mkdir(exist_ok=True)
+    (folder / "mine.toml").write_text((data_path("search_spaces") / "naive.toml").read_text())
+    (folder / "mine.wgsl.j2").write_text((data_path("templates") / "naive.wgsl.j2").read_text())
+
+
+def test_an_entry_its_space_no_longer_allows_is_dropped_though_the_file_is_unchanged(
+    tmp_path, monkeypatch
+):
+    mine = tmp_path / "templates"
+    _template_mine(mine)
+    monkeypatch.setenv("AUTOTUNE_TEMPLATE_PATH", str(mine))
+    store = cache.DeviceCache(tmp_path / "cache", FINGERPRINT, VERSIONS)
+    assert store.put(entry(template="mine")) and len(store.entries()) == 1
+    before = store.path.read_bytes()
+    space = mine / "mine.toml"
+    space.write_text(space.read_text().replace("WX * WY >= 32", "WX * WY >= 512"))
+    with pytest.warns(cache.CacheWarning, match="invalid"):
+        assert store.entries() == {}
+    assert store.path.read_bytes() == before
+
+
+def test_a_broken_or_stray_template_leaves_every_other_entry_readable(tmp_path, monkeypatch):
+    """A .toml without its template, or one that is not TOML, on the template path is
+    refused where it is named; the entries of the other templates are still read."""
+    store = cache.DeviceCache(tmp_path / "cache", FINGERPRINT, VERSIONS)
+    kept = entry()
+    assert store.put(kept) and list(store.entries().values()) == [kept]
+    folder = tmp_path / "templates"
+    folder.mkdir()
+    (folder / "stray.toml").write_text((data_path("search_spaces") / "naive.toml").read_text())
+    (folder / "broken.toml").write_text("[params\n")
+    (folder / "broken.wgsl.j2").write_text("{% if %}")
+    monkeypatch.setenv("AUTOTUNE_TEMPLATE_PATH", str(folder))
+    assert {"stray", "broken"} <= set(template_names())
+    assert list(store.entries().values()) == [kept]
+    assert store.get(kept.key) == kept
+
+
+def test_an_edit_to_an_entry_read_does_not_reach_the_next_read(tmp_path):
+    store = cache.DeviceCache(tmp_path, FINGERPRINT, VERSIONS)
+    stored = entry()
+    store.put(stored)
+    first = store.entries()[str(stored.key)]
+    first.params["BM"] = 1
+    first.failures["compile"] = 3
+    again = store.entries()[str(stored.key)]
+    assert again.params == stored.params and again.failures == {}
 
 
 def test_faster_entry_of_another_config_is_kept(tmp_path):
