@@ -36,7 +36,7 @@ from .files import FileRefused, read_limited, write_whole
 from .key import Key
 from .measure import METHODS
 from .problem import Problem
-from .render import kernel_id, template_stamp
+from .render import TEMPLATE_ERRORS, kernel_id, template_stamp
 from .space import Config, SpaceError, load_space, template_names
 
 SCHEMA = 2  # 2: keys name the kernel identity (key.py) rather than the template text
@@ -466,7 +466,7 @@ def is_current(entry: Entry) -> bool:
     for a config its space no longer holds, e.g. one of a space that gained a parameter)."""
     try:
         return entry.key.kernel == kernel_id(entry.config, entry.key.problem)
-    except ValueError:
+    except TEMPLATE_ERRORS:  # (its template since broken or gone: never served)
         return False
 
 

@@ -85,15 +85,28 @@ def template_hash(template: str) -> str:
     return _hashes[template][2]
 
 
-def template_stamp(template: str) -> str | None:
-    """template_hash, or None where it cannot be taken (a stray .toml on the template
-    path, a file unreadable or broken): such a template is refused where it is used,
-    and must not break what only checks whether any template changed."""
+# What reading or rendering a template of the template path may raise (FileRefused,
+# SpaceError and TOML errors are ValueErrors): a user's folder may hold anything.
+TEMPLATE_ERRORS = (OSError, ValueError, KeyError, RecursionError, jinja2.TemplateError)
+
+
+def template_stamp(template: str) -> str:
+    """template_hash, or where it cannot be taken (a stray .toml on the template path, a
+    file unreadable or broken) its two files' sizes and times: such a template is
+    refused where it is used, and must not break what only checks whether a template
+    changed, nor hide an edit of it."""
     try:
         return template_hash(template)
-    except (OSError, ValueError, KeyError, jinja2.TemplateError):
-        # (FileRefused, SpaceError and TOML errors are ValueErrors)
+    except TEMPLATE_ERRORS:
+        return str([_stamp_or_none(path) for path in template_sources().get(template, ())])
+
+
+def _stamp_or_none(path: Path) -> tuple | None:
+    try:
+        info = path.stat()
+    except OSError:
         return None
+    return info.st_mtime_ns, info.st_size
 
 
 _hashes: dict[str, tuple] = {}  # template -> (its files, their stamps, hash)

@@ -484,6 +484,8 @@ def _parsed(text: str, template: str) -> dict:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise SpaceError(f"search space {template!r}: {error}") from None
+    except RecursionError:  # arrays nested thousands deep: not a space of ours
+        raise SpaceError(f"search space {template!r}: nested too deeply") from None
 
 
 # What a space that `extends` another takes from it: these tables, its own entries

@@ -359,14 +359,16 @@ class Study:
             return None
 
     def _queue_once(self, config: Config, number: int) -> None:
-        """Queue `config` again, unless a trial that claimed it, other than `number`, was
-        interrupted too: a config whose measurement takes its process or GPU down with it
-        is queued once, not first on every resume. A proposal cut short (its config never
-        claimed) does not count: it never reached the GPU."""
+        """Queue `config` again, unless it was interrupted twice while claimed (trial
+        `number` included): a config whose measurement takes its process or GPU down
+        with it is queued once, not first on every resume. A proposal cut short (the
+        config never claimed) does not count: it never reached the GPU."""
         text = str(config)
         trials = self.optuna.get_trials(deepcopy=False)
-        same = [t for t in trials if t.number != number and t.user_attrs.get("config") == text]
-        if not any(map(_interrupted, same)):
+        claimed = [t for t in trials if t.user_attrs.get("config") == text]
+        earlier = [t for t in claimed if t.number != number and _interrupted(t)]
+        this_one = any(t.number == number for t in claimed)
+        if len(earlier) + this_one < 2:
             self.enqueue(config)
 
     # --- results ----------------------------------------------------------------------

@@ -102,10 +102,31 @@ def test_a_broken_or_stray_template_leaves_every_other_entry_readable(tmp_path, 
     (folder / "stray.toml").write_text((data_path("search_spaces") / "naive.toml").read_text())
     (folder / "broken.toml").write_text("[params\n")
     (folder / "broken.wgsl.j2").write_text("{% if %}")
+    (folder / "deep.toml").write_text("a = " + "[" * 5000 + "]" * 5000)
+    (folder / "deep.wgsl.j2").write_text("")
     monkeypatch.setenv("AUTOTUNE_TEMPLATE_PATH", str(folder))
-    assert {"stray", "broken"} <= set(template_names())
+    assert {"stray", "broken", "deep"} <= set(template_names())
     assert list(store.entries().values()) == [kept]
     assert store.get(kept.key) == kept
+
+
+def test_an_entry_of_a_template_broken_since_is_not_served_and_its_edits_are_seen(
+    tmp_path, monkeypatch
+):
+    mine = tmp_path / "templates"
+    _template_mine(mine)
+    monkeypatch.setenv("AUTOTUNE_TEMPLATE_PATH", str(mine))
+    store = cache.DeviceCache(tmp_path / "cache", FINGERPRINT, VERSIONS)
+    stored = entry(template="mine")
+    assert store.put(stored) and store.get(stored.key) == stored
+    (mine / "mine.wgsl.j2").write_text("{% if %}")
+    assert store.get(stored.key) is None and store.best(stored.key.problem, True) is None
+    (mine / "mine.wgsl.j2").unlink()
+    assert store.get(stored.key) is None and len(store.entries()) == 1
+    space = mine / "mine.toml"
+    space.write_text(space.read_text().replace("WX * WY >= 32", "WX * WY >= 512"))
+    with pytest.warns(cache.CacheWarning, match="invalid"):
+        assert store.entries() == {}
 
 
 def test_an_edit_to_an_entry_read_does_not_reach_the_next_read(tmp_path):

@@ -504,9 +504,10 @@ def test_a_proposal_cut_short_leaves_its_config_queued_once():
     """A process killed after asking for a trial, before it claimed the config (here an
     enqueued seed, killed before even its params were asked), leaves a trial that holds
     nothing but names its process: the next process fails it and queues the config
-    again, read back from what it was asked with. That proposal never reached the GPU:
-    killed measuring the config, it is queued again once more, and killed measuring it
-    a second time, not again."""
+    again, read back from what it was asked with. A proposal never reaches the GPU, so
+    it never counts: the config is queued again after its first kill while measuring,
+    after proposals cut short before or after that, and not after its second kill while
+    measuring."""
     from autotune.study import Study
 
     problem = Problem(64, 64, 64)
@@ -522,15 +523,16 @@ def test_a_proposal_cut_short_leaves_its_config_queued_once():
     first = opened()
     first.enqueue(config)
     first.optuna.ask().set_user_attr("worker", worker)  # Study.ask's first write; killed
-    again = opened()
-    for queued_again in (True, False):
-        assert again.queued()
-        trial, asked = again.ask()
-        assert asked == config and trial.user_attrs["worker"] == again.worker_id
-        assert again.claim(trial, config)
-        trial.set_user_attr("worker", worker)  # killed measuring it
-        again = opened()
-        assert again.queued() == queued_again
+    study = opened()
+    for killed_in, queued_again in [("claim", True), ("proposal", True), ("claim", False)]:
+        assert study.queued()
+        trial, asked = study.ask()
+        assert asked == config and trial.user_attrs["worker"] == study.worker_id
+        if killed_in == "claim":
+            assert study.claim(trial, config)
+        trial.set_user_attr("worker", worker)  # killed measuring it, or asking for it
+        study = opened()
+        assert study.queued() == queued_again, killed_in
 
 
 def test_of_two_claims_of_one_config_the_one_kept_first_stands():
