@@ -325,7 +325,7 @@ class DeviceCache:
         """The file's contents, checked to be this device's cache file; {} where there
         is none or it was set aside."""
         raw = self._read()
-        return (self._parse(raw) if raw is not None else None) or {}
+        return (raw is not None and self._parse(raw)) or {}
 
     def _read(self) -> bytes | None:
         try:

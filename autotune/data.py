@@ -30,7 +30,7 @@ BUILT_IN = (
 @functools.cache
 def data_path(name: str) -> Path:
     """templates/, search_spaces/ or cache/: the checkout's copy if there, else the wheel's
-    (remembered, as in_checkout is: lookup asks for it some 400 times a call)."""
+    (remembered, as in_checkout is: one lookup asks for it hundreds of times)."""
     checkout = PACKAGE.parent / name
     if in_checkout():
         return checkout

@@ -75,17 +75,26 @@ def _template_mine(folder):
     (folder / "mine.wgsl.j2").write_text((data_path("templates") / "naive.wgsl.j2").read_text())
 
 
-def test_an_entry_its_space_no_longer_allows_is_dropped_though_the_file_is_unchanged(
-    tmp_path, monkeypatch
-):
+def _store_of_mine(tmp_path, monkeypatch):
+    """(the folder of template `mine`, put on the template path; a cache in tmp_path)"""
     mine = tmp_path / "templates"
     _template_mine(mine)
     monkeypatch.setenv("AUTOTUNE_TEMPLATE_PATH", str(mine))
-    store = cache.DeviceCache(tmp_path / "cache", FINGERPRINT, VERSIONS)
-    assert store.put(entry(template="mine")) and len(store.entries()) == 1
-    before = store.path.read_bytes()
+    return mine, cache.DeviceCache(tmp_path / "cache", FINGERPRINT, VERSIONS)
+
+
+def _forbid_the_seeds_of_mine(mine):
     space = mine / "mine.toml"
     space.write_text(space.read_text().replace("WX * WY >= 32", "WX * WY >= 512"))
+
+
+def test_an_entry_its_space_no_longer_allows_is_dropped_though_the_file_is_unchanged(
+    tmp_path, monkeypatch
+):
+    mine, store = _store_of_mine(tmp_path, monkeypatch)
+    assert store.put(entry(template="mine")) and len(store.entries()) == 1
+    before = store.path.read_bytes()
+    _forbid_the_seeds_of_mine(mine)
     with pytest.warns(cache.CacheWarning, match="invalid"):
         assert store.entries() == {}
     assert store.path.read_bytes() == before
@@ -113,18 +122,14 @@ def test_a_broken_or_stray_template_leaves_every_other_entry_readable(tmp_path, 
 def test_an_entry_of_a_template_broken_since_is_not_served_and_its_edits_are_seen(
     tmp_path, monkeypatch
 ):
-    mine = tmp_path / "templates"
-    _template_mine(mine)
-    monkeypatch.setenv("AUTOTUNE_TEMPLATE_PATH", str(mine))
-    store = cache.DeviceCache(tmp_path / "cache", FINGERPRINT, VERSIONS)
+    mine, store = _store_of_mine(tmp_path, monkeypatch)
     stored = entry(template="mine")
     assert store.put(stored) and store.get(stored.key) == stored
     (mine / "mine.wgsl.j2").write_text("{% if %}")
     assert store.get(stored.key) is None and store.best(stored.key.problem, True) is None
     (mine / "mine.wgsl.j2").unlink()
     assert store.get(stored.key) is None and len(store.entries()) == 1
-    space = mine / "mine.toml"
-    space.write_text(space.read_text().replace("WX * WY >= 32", "WX * WY >= 512"))
+    _forbid_the_seeds_of_mine(mine)
     with pytest.warns(cache.CacheWarning, match="invalid"):
         assert store.entries() == {}
 
