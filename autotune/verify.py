@@ -8,9 +8,11 @@ infinity never passes.
 
 Problems up to FULL_CHECK_FLOPS are compared element by element in full. Larger ones
 (a float64 product of 4096^3 takes seconds, too slow per candidate) are checked for
-NaN everywhere, element by element on sampled rows and columns (the first, the last
-and random ones, so edge tiles are always covered) and on all of C through Freivalds'
-test C x = A (B x) with random vectors x, which sees any wrong element.
+NaN everywhere, element by element on sampled rows and columns of three batch items
+(the first, the last and one random row or column in each of SAMPLES bands, so edge
+tiles are always covered and no band of rows or columns goes unchecked), and, with a
+linear epilogue, on all of C, every batch item, through Freivalds' test C x = A (B x)
+with random vectors x, which sees any wrong element.
 
 Each buffer is followed by a guard: A and B by NaN (a kernel that reads past the end of
 its input gets NaN into its result), C by a canary bit pattern that must come back
@@ -40,7 +42,7 @@ GELU_SLOPE = 1.13  # largest |d gelu(x) / dx|: how much an error before it can g
 
 
 FULL_CHECK_FLOPS = 2 * 512**3
-SAMPLES = 32  # random rows and columns checked in full on large problems
+SAMPLES = 32  # bands of rows and of columns, one checked in full each, on large problems
 GUARD = 1024  # elements after each buffer, beyond one row of it
 CANARY = 0xDEADBEEF  # bits of each guard element after C: a finite float no kernel computes
 
@@ -211,40 +213,50 @@ class Reference:
         M, N, batch = problem.M, problem.N, problem.batch
         # batch items checked in detail: the first, the last and a random one
         self.items = np.unique(np.r_[0, batch - 1, rng.integers(0, batch)])
-        self.rows = np.unique(np.r_[0, M - 1, rng.integers(0, M, SAMPLES)])
-        self.cols = np.unique(np.r_[0, N - 1, rng.integers(0, N, SAMPLES)])
+        self.rows, self.cols = _spread(M, rng), _spread(N, rng)
         # Freivalds: a wrong element anywhere shows in C x; x = +-1 weighs every column
         # fully. Only for a linear epilogue (an activation does not commute with x).
         self.xs = [] if problem.activation else [rng.choice([-1.0, 1.0], N) for _ in range(2)]
-        self.samples = {}
-        for b in self.items:
-            a, bb = A64[min(b, len(A64) - 1)], B64[min(b, len(B64) - 1)]
-            c0 = None if C64 is None else C64[b]
-            a2, b2 = a * a, bb * bb
-            rows = self._finish(
-                a[self.rows] @ bb, np.sqrt(a2[self.rows] @ b2), _rows(c0, self.rows)
-            )
-            cols = self._finish(
-                a @ bb[:, self.cols],
-                np.sqrt(a2 @ b2[:, self.cols]),
-                None if c0 is None else c0[:, self.cols],
-                self.cols,
-            )
-            freivalds = []
-            for x in self.xs:
-                want = self.alpha * (a @ (bb @ x))
-                sq = self.alpha**2 * (a2 @ (b2 @ (x * x)))
-                if c0 is not None:
-                    want, sq = (
-                        want + self.beta * (c0 @ x),
-                        sq + self.beta**2 * ((c0 * c0) @ (x * x)),
-                    )
-                if self._bias64 is not None:
-                    want, sq = want + self._bias64 @ x, sq + self._bias64 @ self._bias64
-                # the terms' bounds add up: sqrt(3 * sum of squares) bounds their sum
-                terms = 1 + (c0 is not None) + (self._bias64 is not None)
-                freivalds.append((x, want, np.sqrt(terms * sq)))
-            self.samples[int(b)] = (rows, cols, freivalds)
+        self.samples = {int(b): self._sampled(*self._item(b)) for b in self.items}
+        # on every batch item: one computed from another's operands, or skipped, fails
+        self.freivalds = {b: self._freivalds(*self._item(b)) for b in range(batch) if self.xs}
+
+    def _item(self, b):
+        """op(A), op(B) and C's addend of batch item b, in float64."""
+        A64, B64, C64 = self._A64, self._B64, self._C64
+        c0 = None if C64 is None else C64[b]
+        return A64[min(b, len(A64) - 1)], B64[min(b, len(B64) - 1)], c0
+
+    def _sampled(self, a, bb, c0):
+        """(want, scale) of one item's sampled rows, and of its sampled columns."""
+        a2, b2 = a * a, bb * bb
+        rows = self._finish(a[self.rows] @ bb, np.sqrt(a2[self.rows] @ b2), _rows(c0, self.rows))
+        cols = self._finish(
+            a @ bb[:, self.cols],
+            np.sqrt(a2 @ b2[:, self.cols]),
+            None if c0 is None else c0[:, self.cols],
+            self.cols,
+        )
+        return rows, cols
+
+    def _freivalds(self, a, bb, c0):
+        """(x, C x as it must be, its error scale) of one item, per random vector x."""
+        a2, b2 = a * a, bb * bb
+        tests = []
+        for x in self.xs:
+            want = self.alpha * (a @ (bb @ x))
+            sq = self.alpha**2 * (a2 @ (b2 @ (x * x)))
+            if c0 is not None:
+                want, sq = (
+                    want + self.beta * (c0 @ x),
+                    sq + self.beta**2 * ((c0 * c0) @ (x * x)),
+                )
+            if self._bias64 is not None:
+                want, sq = want + self._bias64 @ x, sq + self._bias64 @ self._bias64
+            # the terms' bounds add up: sqrt(3 * sum of squares) bounds their sum
+            terms = 1 + (c0 is not None) + (self._bias64 is not None)
+            tests.append((x, want, np.sqrt(terms * sq)))
+        return tests
 
     def _finish(self, product, scale, C0, cols=None):
         """The epilogue applied to a float64 product, and the scale its error bound is
@@ -290,12 +302,13 @@ class Reference:
             return Verdict(False, math.inf, limit)
         C3 = C.reshape(-1, self.problem.M, self.problem.N)
         errors = []
-        for b, ((row_want, row_scale), (col_want, col_scale), freivalds) in self.samples.items():
+        for b, ((row_want, row_scale), (col_want, col_scale)) in self.samples.items():
             for got, want, scale in (
                 (C3[b][self.rows], row_want, row_scale),
                 (C3[b][:, self.cols], col_want, col_scale),
             ):
                 errors.append(_worst(got, want, scale, output_rounding(got, self.dtype)))
+        for b, freivalds in self.freivalds.items():
             C64 = C3[b].astype(np.float64)
             out = output_rounding(C64, self.dtype)  # each element's, summed as in C x
             for x, want, scale in freivalds:
@@ -307,6 +320,14 @@ class Reference:
 
 def _rows(C0, rows):
     return None if C0 is None else C0[rows]
+
+
+def _spread(n: int, rng: np.random.Generator) -> np.ndarray:
+    """Indices below n checked in full: the first, the last and a random one in each of
+    SAMPLES equal bands, so every run of 2 n / SAMPLES indices holds one."""
+    bands = np.linspace(0, n, SAMPLES + 1).astype(int)
+    picks = [rng.integers(lo, hi) for lo, hi in zip(bands[:-1], bands[1:], strict=True) if hi > lo]
+    return np.unique(np.r_[0, n - 1, picks])
 
 
 def check_result(C: np.ndarray, A: np.ndarray, B: np.ndarray, problem: Problem) -> Verdict:

@@ -204,13 +204,51 @@ def test_a_correctly_rounded_f16_result_passes_the_sampled_check():
 def test_one_wrong_element_outside_the_sampled_rows_and_columns_is_refused():
     """The allowance for f16 rounding in the sampled check must not grow with N so far
     that one element set to zero, in a row and a column no sample reads, passes."""
-    problem = Problem(16, 4096, 4096, "f16", "nt")
+    problem = Problem(64, 4096, 4096, "f16", "nt")  # (at 16 rows every row is sampled)
     reference = Reference(problem, seed=0)
     exact = reference.A.astype(np.float64) @ reference.B.astype(np.float64).T
     C = exact.astype(np.float16)
-    rows = np.setdiff1d(np.arange(16), reference.rows)
+    rows = np.setdiff1d(np.arange(64), reference.rows)
     cols = np.setdiff1d(np.arange(4096), reference.cols)
     block = np.abs(exact[np.ix_(rows, cols)])
     r, c = np.unravel_index(np.argmax(block), block.shape)
     C[rows[r], cols[c]] = 0
     assert not reference.check(C).ok
+
+
+def _exact(reference: Reference) -> np.ndarray:
+    """The right result of a sampled reference's problem, in its output type."""
+    problem = reference.problem
+    A64, B64 = reference._A64, reference._B64
+    want, _ = reference._finish(A64 @ B64, np.ones(1), reference._C64)
+    return want.astype(problem.numpy_dtype).reshape(problem.matrix_shapes()["C"])
+
+
+def test_every_batch_item_of_a_large_problem_is_checked():
+    """A batch item beyond the three checked row by row, left as zeros or computed from
+    another item's A, is refused (Freivalds' test runs on every item)."""
+    reference = Reference(Problem(256, 256, 256, batch=16, shared_b=True), seed=0)
+    assert not reference.full and len(reference.items) < 16
+    C = _exact(reference)
+    assert reference.check(C).ok
+    other = next(b for b in range(16) if b not in reference.items)
+    for wrong in (0.0, C[0]):
+        bad = C.copy()
+        bad[other] = wrong
+        assert not reference.check(bad).ok
+
+
+@pytest.mark.parametrize("epilogue", ["bias,relu", "gelu"])
+def test_a_wrong_tile_under_an_activation_is_refused(epilogue):
+    """With an activation there is no Freivalds test: the rows and columns checked in full
+    are spread over bands, so a wrong 64x64 tile anywhere meets one of them (drawn at
+    random, some of the 256 tiles met none)."""
+    reference = Reference(Problem(1024, 1024, 256, epilogue=epilogue), seed=0)
+    assert not reference.full and not reference.xs
+    C = _exact(reference)
+    assert reference.check(C).ok
+    for row in range(0, 1024, 64):
+        for col in range(0, 1024, 64):
+            bad = C.copy()
+            bad[row : row + 64, col : col + 64] = 123.0
+            assert not reference.check(bad).ok, (row, col)
