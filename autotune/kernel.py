@@ -157,6 +157,16 @@ def _quantized_operands(A, qw: QuantizedWeight, trans_a, C, bias, alpha, beta, a
     return _with_outputs({"A": A, "B": qw}, problem, C, bias, beta)
 
 
+def _mismatched_field(same: bool, extra: set, has_bias: bool, bias) -> str:
+    """The argument a kernel call's mismatch is blamed on: the first epilogue input that
+    does not match the kernel's epilogue, else the problem itself."""
+    if has_bias != (bias is not None):
+        return "bias"
+    if same and extra:
+        return "activation" if extra - {"alpha", "beta"} else min(extra)
+    return "shape"
+
+
 def _with_outputs(arrays: dict, problem: Problem, C, bias, beta) -> tuple[dict, Problem]:
     """`arrays` with C and bias, each checked against `problem`; arrays C-contiguous."""
     A = arrays["A"]
@@ -385,11 +395,12 @@ class Kernel:
         *,
         bias: np.ndarray | None = None,
         alpha: float = 1.0,
-        beta: float = 0.0,
+        beta: float | None = None,
     ) -> np.ndarray:
         """C = epilogue(op(A) @ op(B)) on the GPU; the operands must match this kernel's
         problem (shape, dtype, layout, batch and epilogue). A transposed operand is
-        passed as stored (layout "nt": B is N x K)."""
+        passed as stored (layout "nt": B is N x K). A kernel with beta in its epilogue
+        takes C and beta (0 too); one without takes neither."""
         problem = self.problem
         activation = problem.activation
         arrays, got = check_operands(
@@ -400,7 +411,7 @@ class Kernel:
             C=C,
             bias=bias,
             alpha=alpha,
-            beta=beta,
+            beta=0.0 if beta is None else beta,
             activation=activation,
         )
         # a kernel with alpha or beta in its epilogue computes alpha = 1 or beta = 0 too
@@ -409,12 +420,12 @@ class Kernel:
         extra = set(got.ops) - set(problem.ops)
         if not same or extra or ("bias" in problem.ops) != (bias is not None):
             raise ProblemError(
-                "shape",
+                _mismatched_field(same, extra, "bias" in problem.ops, bias),
                 f"this kernel computes {problem}; got {got}; use autotune.matmul or "
                 "lookup() for another problem",
             )
-        if "beta" in problem.ops and C is None:
-            raise ProblemError("C", "this kernel's epilogue has beta: pass C")
+        self._check_addend(C, beta)  # after the scalars' and the problem's own checks
+        beta = 0.0 if beta is None else beta
         check_fits(problem, self.gpu)
         result = dispatch(
             self.compiled,
@@ -443,6 +454,20 @@ class Kernel:
             check_fits(self.problem, self.gpu)
             self._resident = Resident(self.compiled, self.gpu)
         return self._resident
+
+    def _check_addend(self, C, beta) -> None:
+        """C and beta go together with an epilogue that has beta: a C passed to another
+        kernel, or without its beta, would be dropped without a word."""
+        if "beta" in self.problem.ops:
+            for name, value in (("C", C), ("beta", beta)):
+                if value is None:
+                    raise ProblemError(name, "this kernel's epilogue has beta: pass C and beta")
+        elif C is not None:
+            raise ProblemError(
+                "C",
+                "this kernel's epilogue has no beta, so C would not be read: look up "
+                "one with epilogue beta (autotune.matmul does, given beta)",
+            )
 
     def set_scalars(self, alpha: float = 1.0, beta: float = 0.0) -> None:
         """alpha and beta for what `encode` records and is submitted from now on: one

@@ -434,6 +434,12 @@ def matmul(
         beta=beta,
         activation=activation,
     )
+    if C is not None and "beta" not in problem.ops:  # beta checked: a number, and 0
+        raise ProblemError(
+            "beta",
+            "C is given but beta is 0, so C would not be read: pass beta "
+            "(C = alpha A B + beta C), or leave C out",
+        )
     checks = check_flag("checks", checks)
     kernel = lookup(
         **(problem.arguments | {"accumulate": accumulate, "activations": activations}),
