@@ -32,7 +32,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 
 from . import device as device_module
-from .arguments import ArgumentError, check_folder
+from .arguments import ArgumentError, check_folder, name_from
 from .data import BUILT_IN
 from .files import FileRefused
 from .plan import PlanError
@@ -51,6 +51,7 @@ from .worker import WorkerError
 
 # API argument names -> the CLI options that set them
 _OPTIONS = {"cache_dir": "cache", "templates": "template", "out_dir": "out"}
+PORTABLE_TRIALS = 30  # export --portable's tune, where no portable kernel is cached
 
 
 def _option(field: str) -> str:
@@ -283,7 +284,10 @@ def _lookup_and_export_parsers(commands) -> None:
         "invocations, 128 MiB per binding); tunes for one when none is cached",
     )
     export.add_argument(
-        "--trials", type=_positive_int, default=30, help="trials when --portable tunes (30)"
+        "--trials",
+        type=_positive_int,
+        default=None,
+        help=f"trials when --portable tunes ({PORTABLE_TRIALS})",
     )
     export.add_argument(
         "--timeout",
@@ -357,7 +361,12 @@ def _quantize_parser(commands) -> None:
         "--scales", default="f16", choices=["f16", "f32"], help="scale type (default f16)"
     )
     quantize.add_argument("--out", required=True, metavar="DIR", help="folder for the files")
-    quantize.add_argument("--name", default=None, help="file names' stem (default: W's)")
+    quantize.add_argument(
+        "--name",
+        default=None,
+        help="file names' stem (default: W's, any character but letters, digits, '_' and '-' "
+        "made '_')",
+    )
 
 
 def _problems(args) -> list:
@@ -724,6 +733,10 @@ def _export(args, problems, console: Console) -> int:
     checks = args.checks == "on"
     if args.caches and args.candidates is None:
         raise UsageError("argument --caches: only with --candidates K (a candidate set)")
+    for option, value in (("--trials", args.trials), ("--timeout", args.timeout)):
+        if value is not None and not args.portable:  # only --portable tunes
+            raise UsageError(f"argument {option}: only with --portable")
+    trials = PORTABLE_TRIALS if args.trials is None else args.trials
     check_folder("out_dir", args.out, writable=True)  # before any tuning
     gpu = _adapter(args)
     for problem in problems:
@@ -731,14 +744,14 @@ def _export(args, problems, console: Console) -> int:
         try:
             kernel = lookup(**common, portable=args.portable)
             if args.portable and kernel.source != "exact":
-                budget = f"{args.trials} trials" + (
+                budget = f"{trials} trials" + (
                     f" or {args.timeout:g} s" if args.timeout else ""
                 )  # a big shape on a slow adapter takes minutes: say what it will spend
                 console.print(
                     f"{problem.shape}: no portable kernel cached; tuning one ({budget}; "
                     "--trials and --timeout set it)"
                 )
-                tune(**common, trials=args.trials, timeout=args.timeout, portable=True)
+                tune(**common, trials=trials, timeout=args.timeout, portable=True)
                 kernel = lookup(**common, portable=True)
         except ProblemError as error:
             raise UsageError(f"argument {_option(error.field)}: {error}") from None
@@ -864,7 +877,7 @@ def _quantize(args, problems, console: Console) -> int:
     from .quantize import quantize
 
     W = _read_npy(args.W)
-    name = args.name if args.name is not None else Path(args.W).name.removesuffix(".npy")
+    name = args.name if args.name is not None else name_from(Path(args.W).name.removesuffix(".npy"))
     options = {"W": "W", "folder": "--out", "name": "--name"}
     try:
         qw = quantize(W, args.bits, args.group, args.zero_points, args.scales)

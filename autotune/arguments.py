@@ -8,9 +8,20 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 
 import numpy as np
+
+# a file name stem of bundles and quantized weights; fullmatch: `$` passes "x\n"
+NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,99}")
+
+
+def name_from(text: str) -> str:
+    """A NAME made of `text` (a file's stem: "layer.0.weight" -> "layer_0_weight",
+    "1w" -> "w_1w"), for a default the user did not choose."""
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", text)[:99]
+    return name if NAME.fullmatch(name) else f"w_{name}"[:100]
 
 
 class ArgumentError(ValueError):

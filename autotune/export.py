@@ -30,7 +30,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from .arguments import ArgumentError, check_folder
+from .arguments import NAME, ArgumentError, check_folder
 from .cache import MergeError, today
 from .candidates import choose
 from .compile import CompileError, compile_shader
@@ -44,7 +44,6 @@ from .verify import verify
 from .version import __version__ as autotune_version
 
 FORMAT = 2  # 2: `passes` and `buffers` (launch plans), workspaces allocated by createGemm
-_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,99}")  # fullmatch: `$` passes "x\n"
 
 
 class ExportWarning(UserWarning):
@@ -374,7 +373,7 @@ def export(
         raise ExportError("kernel", f"kernel must be an autotune.Kernel, got {kernel!r:.60}")
     if name is None or (isinstance(name, str) and not name):  # (an array has no truth value)
         name = default_name(kernel)
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
+    if not isinstance(name, str) or not NAME.fullmatch(name):
         raise ExportError(
             "name", f"name {name!r:.60} must be a letter then letters, digits, '_' or '-'"
         )

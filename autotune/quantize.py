@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .arguments import ArgumentError, check_flag, check_folder, is_integer, shown
+from .arguments import NAME, ArgumentError, check_flag, check_folder, is_integer, shown
 from .files import FileRefused, read_limited, write_whole
 
 MANIFEST = "autotune-quantized-weight"  # the manifest's "manifest": what the file is
@@ -51,7 +51,6 @@ VERSION = 1  # the manifest's "version": a change to any layout below is a new v
 GROUPS = (32, 64, 128)
 SCALE_TYPES = {"f16": np.float16, "f32": np.float32}
 MAX_MANIFEST_BYTES = 1 << 16
-_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,99}")  # fullmatch: `$` passes "x\n"
 _FLOATS = (np.float16, np.float32, np.float64)
 
 
@@ -192,7 +191,7 @@ class QuantizedWeight:
     def save(self, folder: str | os.PathLike, name: str) -> dict[str, Path]:
         """Write NAME.data.bin, NAME.scales.bin (NAME.zeros.bin) and NAME.json into
         `folder` (made if missing), each whole; return the paths, the manifest's last."""
-        if not isinstance(name, str) or not _NAME.fullmatch(name):
+        if not isinstance(name, str) or not NAME.fullmatch(name):
             raise ArgumentError(
                 "name", f"name {shown(name)} must be a letter then letters, digits, '_' or '-'"
             )

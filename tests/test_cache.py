@@ -9,6 +9,7 @@ import pytest
 
 from autotune import cache
 from autotune.__main__ import main
+from autotune.arguments import ArgumentError
 from autotune.data import data_path
 from autotune.key import Key
 from autotune.problem import Problem
@@ -332,6 +333,12 @@ def test_default_folder_follows_the_environment(monkeypatch, tmp_path):
     assert cache.default_cache_dir() == tmp_path
     monkeypatch.delenv(cache.CACHE_ENV)
     assert cache.default_cache_dir() == cache.shipped_cache_dir()  # in the checkout
+    file = tmp_path / "a-file"
+    file.write_text("")
+    monkeypatch.setenv(cache.CACHE_ENV, str(file))  # refused as --cache is, not at a write
+    with pytest.raises(ArgumentError, match=r"\$AUTOTUNE_CACHE .* is not a folder") as raised:
+        cache.default_cache_dir()
+    assert raised.value.field == "cache_dir"
 
 
 # --- merging the caches of several machines (python -m autotune cache merge) ------------

@@ -533,6 +533,9 @@ def test_cli_export_portable_tunes_within_the_timeout_it_was_given(gpu, tmp_path
     assert "tuning one (100000 trials or 3 s;" in capsys.readouterr().out
     (entry,) = json.loads(next(cache.glob("*.json")).read_text())["entries"].values()
     assert entry["tuning_s"] < 30 and entry["trials"] < 100000
+    for option in (["--trials", "3"], ["--timeout", "3"]):  # only --portable tunes
+        assert main([*argv[:-1], *option, "--cache", str(cache)]) == 2
+        assert f"argument {option[0]}: only with --portable" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")

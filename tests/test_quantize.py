@@ -328,6 +328,14 @@ def test_cli_writes_the_files(tmp_path, capsys):
     assert loaded == quantize(W, bits=4, group=32, zero_points=True)
     assert main(["quantize", str(tmp_path / "W.npy"), "--bits", "8", "--out", str(out)]) == 0
     assert QuantizedWeight.load(out / "W.json") == quantize(W, bits=8)
+    for stem, name in (("layer.0.weight", "layer_0_weight"), ("1w", "w_1w")):
+        np.save(tmp_path / f"{stem}.npy", W)  # a stem that is no name is made one
+        assert (
+            main(["quantize", str(tmp_path / f"{stem}.npy"), "--bits", "8", "--out", str(out)]) == 0
+        )
+        assert QuantizedWeight.load(out / f"{name}.json") == quantize(W, bits=8)
+    bad = ["quantize", str(tmp_path / "W.npy"), "--bits", "8", "--out", str(out), "--name", "1w"]
+    assert main(bad) == 2  # a name given is never changed
 
 
 @pytest.mark.parametrize(
