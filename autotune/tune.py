@@ -40,6 +40,7 @@ from .kernel import check_fits
 from .lookup import neighbours
 from .model import choose_representatives
 from .problem import VARIANT_KEYS, Problem
+from .render import TEMPLATE_ERRORS, template_hash
 from .search import DEFAULT_STRATEGY, SAMPLERS, Lane, Search, SearchResult
 from .space import check_runnable, load_space, template_names
 from .worker import CANDIDATE_S, Worker, WorkerError
@@ -149,6 +150,11 @@ def check_templates(templates: Sequence[str] | None, default=BUILT_IN) -> tuple[
             raise TuneError(
                 "template", f"template {shown(name)} is unknown; known: {', '.join(known)}"
             )
+        try:  # a user's template may be broken: say so now, not as a worker's traceback
+            template_hash(name)
+            load_space(name)
+        except TEMPLATE_ERRORS as error:
+            raise TuneError("template", f"template {name!r} cannot be used: {error}") from None
     return tuple(dict.fromkeys(templates))
 
 

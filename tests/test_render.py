@@ -3,6 +3,8 @@ import random
 import jinja2
 import pytest
 
+from autotune.__main__ import main
+from autotune.data import data_path
 from autotune.problem import Problem
 from autotune.render import render, template_hash
 from autotune.space import Config, load_space
@@ -82,3 +84,21 @@ def test_template_hash_ignores_files_the_template_does_not_include(tmp_path, mon
     before = template_hash("mine")
     (tmp_path / "_unrelated.wgsl.j2").write_text("// two\n")
     assert template_hash("mine") == before
+
+
+@pytest.mark.parametrize("broken", ["no kernel file", "a Jinja error", "a TOML error"])
+def test_a_broken_template_named_to_tune_is_refused_in_one_line(
+    tmp_path, monkeypatch, capsys, broken
+):
+    """Its name is listed (a .toml on the template path), but it cannot be read, hashed or
+    parsed: tune refuses it naming --template before any work, not as a traceback."""
+    naive = (data_path("search_spaces") / "naive.toml").read_text()
+    (tmp_path / "mine.toml").write_text(naive if broken != "a TOML error" else "[params\n")
+    if broken != "no kernel file":
+        wgsl = (data_path("templates") / "naive.wgsl.j2").read_text()
+        (tmp_path / "mine.wgsl.j2").write_text(wgsl if broken != "a Jinja error" else "{% if %}")
+    monkeypatch.setenv("AUTOTUNE_TEMPLATE_PATH", str(tmp_path))
+    argv = ["tune", "--shape", "8x8x8", "--template", "mine", "--cache", str(tmp_path / "c")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "argument --template: template 'mine' cannot be used" in err and err.count("\n") == 1
