@@ -473,7 +473,8 @@ class Kernel:
         """alpha and beta for what `encode` records and is submitted from now on: one
         pair per kernel object, kept with it (keep the object: another lookup may return
         a new one, at alpha = 1 and beta = 0, e.g. after a tune). The epilogue must have
-        them: alpha != 1 needs "alpha", beta != 0 "beta"."""
+        them: alpha != 1 needs "alpha", beta != 0 "beta". A call on arrays
+        (`kernel(A, B, C, alpha=..., beta=...)`) takes its own and leaves these as set."""
         values = {"alpha": check_scalar("alpha", alpha), "beta": check_scalar("beta", beta)}
         for name, neutral in (("alpha", 1.0), ("beta", 0.0)):
             if values[name] != neutral and name not in self.problem.ops:
