@@ -441,7 +441,7 @@ def named_problems_from_file(path, dtype: str = "f32", **variant) -> list[tuple[
         unknown = sorted(set(item) - set(PROBLEM_KEYS))
         if unknown:
             raise ProblemError(
-                "shape", f"{where}: unknown key {unknown[0]!r}; known: {PROBLEM_KEYS}"
+                "shape", f"{where}: unknown key {unknown[0]!r}; known: {', '.join(PROBLEM_KEYS)}"
             )
         if not isinstance(item.get("name", ""), str) or len(item.get("name", "")) > 200:
             raise ProblemError("shape", f"{where}: name must be a string of at most 200 characters")

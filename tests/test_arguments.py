@@ -210,7 +210,10 @@ CLI = [
     (["tune", "--shapes-from", "nope.json"], "argument --shapes-from: nope.json: [Errno 2]"),
     (["tune", "--shapes-from", "FILE"], "argument --shapes-from: FILE: Expecting value"),
     (["tune", "--shapes-from", "empty.json"], "expected a non-empty list of problems"),
-    (["tune", "--shapes-from", "bad.toml"], "problem 2: unknown key 'layer'; known: ('shape'"),
+    (
+        ["tune", "--shapes-from", "bad.toml"],
+        "problem 2: unknown key 'layer'; known: shape, M, N, K",
+    ),
     (["tune", "--shapes-from", "zero.json"], "problem 1: M must be >= 1, got 0"),
     (["tune", "--shapes-from", "both.json"], 'problem 1: give either shape = "MxNxK" or M, N'),
     (["tune", "--shapes-from", "text.json"], "problem 1: N must be an integer >= 1, got '4'"),
