@@ -20,7 +20,9 @@ NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,99}")
 def name_from(text: str) -> str:
     """A NAME made of `text` (a file's stem: "layer.0.weight" -> "layer_0_weight",
     "1w" -> "w_1w"), for a default the user did not choose."""
-    name = re.sub(r"[^A-Za-z0-9_-]", "_", text)[:99]
+    if NAME.fullmatch(text):
+        return text
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", text)[:100]
     return name if NAME.fullmatch(name) else f"w_{name}"[:100]
 
 

@@ -68,10 +68,8 @@ def default_cache_dir() -> Path:
     """$AUTOTUNE_CACHE, else the checkout's cache/ (the shipped database), else the
     user's cache folder."""
     if os.environ.get(CACHE_ENV):
-        try:  # checked as --cache is: a file there would fail only at the first write
-            return check_folder(f"${CACHE_ENV}", os.environ[CACHE_ENV], writable=False)
-        except ArgumentError as error:  # the argument it stands in for
-            raise ArgumentError("cache_dir", str(error)) from None
+        # checked as --cache is: a file there would fail only at the first write
+        return check_folder(CACHE_ENV, os.environ[CACHE_ENV], writable=False)
     if in_checkout():
         return data_path("cache")
     return Path(platformdirs.user_cache_dir("autotune"))

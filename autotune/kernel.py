@@ -158,13 +158,11 @@ def _quantized_operands(A, qw: QuantizedWeight, trans_a, C, bias, alpha, beta, a
 
 
 def _mismatched_field(same: bool, extra: set, has_bias: bool, bias) -> str:
-    """The argument a kernel call's mismatch is blamed on: the first epilogue input that
-    does not match the kernel's epilogue, else the problem itself."""
+    """The argument a kernel call's mismatch is blamed on: the bias or a scalar that the
+    kernel's epilogue lacks, else the problem itself."""
     if has_bias != (bias is not None):
         return "bias"
-    if same and extra:
-        return "activation" if extra - {"alpha", "beta"} else min(extra)
-    return "shape"
+    return min(extra) if same and extra else "shape"  # (extra: alpha or beta)
 
 
 def _with_outputs(arrays: dict, problem: Problem, C, bias, beta) -> tuple[dict, Problem]:

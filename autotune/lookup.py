@@ -401,7 +401,7 @@ def matmul(
     bias: np.ndarray | None = None,
     activation: str | None = None,
     alpha: float = 1.0,
-    beta: float = 0.0,
+    beta: float | None = None,
     trans_a: bool = False,
     trans_b: bool = False,
     accumulate: str = "auto",
@@ -423,6 +423,9 @@ def matmul(
     lookup (False: a new shape costs no timing and writes nothing to the cache).
     `device`: a wgpu.GPUDevice of the caller's to run on (as in lookup).
     """
+    if C is not None and beta is None:  # (C alone was dropped without a word before)
+        raise ProblemError("beta", "C is given without beta: pass beta (C = alpha A B + beta C)")
+    beta = 0.0 if beta is None else beta
     arrays, problem = check_operands(
         A,
         B,
@@ -434,12 +437,8 @@ def matmul(
         beta=beta,
         activation=activation,
     )
-    if C is not None and "beta" not in problem.ops:  # beta checked: a number, and 0
-        raise ProblemError(
-            "beta",
-            "C is given but beta is 0, so C would not be read: pass beta "
-            "(C = alpha A B + beta C), or leave C out",
-        )
+    if "beta" not in problem.ops:  # beta = 0 reads no C (as BLAS): the kernel binds none
+        arrays.pop("C", None)
     checks = check_flag("checks", checks)
     kernel = lookup(
         **(problem.arguments | {"accumulate": accumulate, "activations": activations}),

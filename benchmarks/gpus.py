@@ -12,7 +12,7 @@ candidates measured per minute of search, and their ratio (N GPUs' over one's). 
 --trials each, with 1 GPU and with N, and the wall time of each whole `tune_many` is
 compared (worker starts, references, baselines and re-timing included).
 
---quick tunes 64x64x64 for 2 s and three small problems for 2 trials on lavapipe's one
+--quick tunes 64x64x64 for 3 s and three small problems for 2 trials on lavapipe's one
 adapter twice (`gpus=[0, 0]`, `repeat_gpus`: a stand-in for two GPUs, whose two timings
 at once share the CPU's cores, so its ratio says nothing of a real host's).
 """
@@ -71,7 +71,7 @@ def main(argv=None) -> int:
         problems = problems_from_file(args.model)
     if args.quick:
         gpus, repeat, templates = [0, 0], True, templates or ["tiled"]
-        problem, seconds, problems, args.trials = Problem(64, 64, 64), 2.0, QUICK_PROBLEMS, 2
+        problem, seconds, problems, args.trials = Problem(64, 64, 64), 3.0, QUICK_PROBLEMS, 2
     print(f"{autotune.get_gpu().summary}; {problem}; {seconds:g} s of search per run")
     one = per_minute(problem, seconds, 1, False, templates)
     many = per_minute(problem, seconds, gpus, repeat, templates)
