@@ -409,7 +409,7 @@ class Kernel:
             C=C,
             bias=bias,
             alpha=alpha,
-            beta=0.0 if beta is None else beta,
+            beta=0.0 if beta is None else beta,  # (None: not given, checked below)
             activation=activation,
         )
         # a kernel with alpha or beta in its epilogue computes alpha = 1 or beta = 0 too
@@ -423,7 +423,6 @@ class Kernel:
                 "lookup() for another problem",
             )
         self._check_addend(C, beta)  # after the scalars' and the problem's own checks
-        beta = 0.0 if beta is None else beta
         check_fits(problem, self.gpu)
         result = dispatch(
             self.compiled,
@@ -433,7 +432,7 @@ class Kernel:
             C=arrays.get("C"),
             bias=arrays.get("bias"),
             alpha=float(alpha),
-            beta=float(beta),
+            beta=float(beta or 0.0),
         )
         # a 3-D A of one matrix is the plain problem, but its result keeps the batch axis
         return result.reshape(arrays["A"].shape[:-2] + (problem.M, problem.N))
