@@ -8,9 +8,10 @@ A measured trial carries what was measured in user attributes (`record`), and th
 study says what it tunes (`study_attrs`), so that optuna-dashboard shows a useful view
 of a study (docs/DASHBOARD.md). A trial whose process was killed (left RUNNING by a
 process of this machine that is gone) is failed as interrupted when the study is next
-opened, and its config queued to be measured again. The budget is the study's: configs
-measured by any process, plus those claimed by live trials and admitted to the budget
-(Study.admit).
+opened, and its config queued to be measured again; so is the config of an enqueued
+trial handed out to a process killed before the trial named it. The budget is the
+study's: configs measured by any process, plus those claimed by live trials and
+admitted to the budget (Study.admit).
 """
 
 from __future__ import annotations
@@ -204,7 +205,8 @@ class Study:
         """A trial and the config the study's sampler proposes for it. The trial names
         its process at once: one killed before it claims the config (or prunes it) leaves
         a RUNNING trial that the next process to open the study can see is dead, fail,
-        and whose config (an enqueued seed, say) it queues again (_claim_text)."""
+        and whose config (an enqueued seed, say) it queues again (_claim_text); one
+        killed before even that write, an enqueued config all the same (_queue_unnamed)."""
         trial = self.optuna.ask()
         _owned(trial.set_user_attr, "worker", self.worker_id)
         return trial, self._config_of(trial)
@@ -219,10 +221,14 @@ class Study:
         return bool(self.optuna.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
 
     def enqueue(self, config: Config) -> None:
+        self.optuna.enqueue_trial(self._fixed_params(config))
+
+    def _fixed_params(self, config: Config) -> dict:
+        """The params an enqueued trial of `config` holds (Optuna's fixed params)."""
         params = {_param(config.template, k): v for k, v in config.params}
         if len(self.templates) > 1:
             params[TEMPLATE] = config.template
-        self.optuna.enqueue_trial(params)
+        return params
 
     def _config_of(self, trial: optuna.Trial) -> Config:
         templates = list(self.templates)
@@ -313,8 +319,11 @@ class Study:
     def _fail_interrupted(self) -> None:
         """Trials left RUNNING by a killed process of this machine: failed, as interrupted
         (not counted as measured), and the configs they had claimed or been asked for
-        queued again."""
+        queued again; and the enqueued configs of trials that name no process."""
         for trial in self.optuna.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if "worker" not in trial.user_attrs:
+                self._queue_unnamed(trial)
+                continue
             pid = _holder(trial)  # (this process's own: left by an earlier search of it)
             if pid is not None and not _alive(pid):
                 try:  # (not skip_if_finished: of two processes opening the study, one queues)
@@ -324,10 +333,37 @@ class Study:
                 if config := self._config_claimed(trial):
                     self._queue_once(config, trial.number)
 
+    def _queue_unnamed(self, trial: optuna.trial.FrozenTrial) -> None:
+        """A running trial that names no process: Optuna handed it out (took it from the
+        queue, or made it) and its process was killed before Study.ask named it, or is
+        between the two now. Nothing tells which, so the trial is left as it is, and
+        the config it was enqueued with (a seed, say) is queued again unless it was
+        taken up since: a live process's claim of it stands (the copy is then answered
+        without the GPU), and the copy keeps later openings from queueing another."""
+        config = self._ours(self._asked_text(trial))
+        if config is not None and not self._taken_up(config, trial.number):
+            self._queue_once(config, trial.number)
+
+    def _taken_up(self, config: Config, number: int) -> bool:
+        """Whether `config` is claimed by a trial (measured, say), or enqueued again
+        since trial `number` was handed out: waiting, or asked (what became of that
+        trial decides whether it is queued again)."""
+        text, params = str(config), self._fixed_params(config)
+        for trial in self.optuna.get_trials(deepcopy=False):
+            if trial.user_attrs.get("config") == text and _claimed(trial):
+                return True
+            later = trial.number > number or trial.state == TrialState.WAITING
+            if later and trial.system_attrs.get("fixed_params") == params:
+                return True
+        return False
+
     def _config_claimed(self, trial: optuna.trial.FrozenTrial) -> Config | None:
         """The config a trial claimed (or was claiming, _claim_text); None where it has
         none, or one of another space (a shared storage may hold anything)."""
-        text = self._claim_text(trial)
+        return self._ours(self._claim_text(trial))
+
+    def _ours(self, text: str | None) -> Config | None:
+        """The config `text` names, where it is one of this study's, valid here."""
         if text is None:
             return None
         try:
@@ -347,6 +383,11 @@ class Study:
         attrs = trial.user_attrs
         if "config" in attrs or "worker" not in attrs or "note" in attrs:
             return attrs.get("config")
+        return self._asked_text(trial)
+
+    def _asked_text(self, trial: optuna.trial.FrozenTrial) -> str | None:
+        """The config a trial was asked for (an enqueued one's, before its params were
+        asked), as text; None where its params do not make one of this study's."""
         params = _asked_params(trial)
         several = len(self.templates) > 1
         template = params.get(TEMPLATE) if several else self.templates[0]

@@ -1,10 +1,10 @@
 """Real `tune` processes: killed at several points, and two writing one cache at once.
 
-Killing `tune` (SIGINT or SIGKILL) between trials, inside a cache write, between asking
-for a trial and claiming its config, or while its worker runs a candidate leaves a valid
-cache holding every finished result, stops the worker, and a second run on the same
-storage resumes the study to its budget, measuring what the killed run had claimed or
-was asked.
+Killing `tune` (SIGINT or SIGKILL) between trials, inside a cache write, as Optuna hands
+it a trial (before the trial names the process), between asking for a trial and claiming
+its config, or while its worker runs a candidate leaves a valid cache holding every
+finished result, stops the worker, and a second run on the same storage resumes the
+study to its budget, measuring first what the killed run had claimed or was asked.
 """
 
 import json
@@ -91,7 +91,8 @@ def alive(pid):
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
 @pytest.mark.parametrize(
-    "point", ["between trials", "in a cache write", "in a candidate", "in a proposal"]
+    "point",
+    ["between trials", "in a cache write", "in a candidate", "in an ask", "in a proposal"],
 )
 def test_killed_tune_loses_nothing_and_resumes(gpu, tmp_path, how, point):
     url = f"sqlite:///{tmp_path / 'study.db'}"
@@ -113,6 +114,8 @@ def test_killed_tune_loses_nothing_and_resumes(gpu, tmp_path, how, point):
         env[faults.ENV] = json.dumps({"cache-write": f"pause:{marker}"})
     elif point == "in a candidate":
         env[faults.ENV] = json.dumps({"evaluate": f"pause:{marker}"})
+    elif point == "in an ask":  # the first seed handed out by Optuna, no process named yet
+        env[faults.ENV] = json.dumps({"ask": f"pause:{marker}"})
     elif point == "in a proposal":  # asked, not claimed: no place in the budget, no seed lost
         env[faults.ENV] = json.dumps({"proposal": f"pause:{marker}"})
     command = tune_command(tmp_path, "32x32x32", "--trials", str(TRIALS), "--storage", url)
@@ -133,7 +136,7 @@ def test_killed_tune_loses_nothing_and_resumes(gpu, tmp_path, how, point):
         worker = int(marker.read_text())
         wait_for(lambda: not alive(worker), seconds=10)
     interrupted = running_claims(url, name)
-    if point == "in a proposal":  # the next process to open the study queues the seed again
+    if point in ("in an ask", "in a proposal"):  # the next process to open it queues the seed
         Study(name, url, None, problem, ["naive"])
         waiting = trials_in(url, name, optuna.trial.TrialState.WAITING)
         assert interrupted and interrupted <= {enqueued_config(t) for t in waiting}
@@ -147,12 +150,16 @@ def test_killed_tune_loses_nothing_and_resumes(gpu, tmp_path, how, point):
     if point == "in a cache write" and how == signal.SIGKILL:
         assert list((tmp_path / "cache").glob("*.tmp"))  # the write really was cut short
     # A second run on the same storage resumes and finishes the study.
+    measured_before = {t.number for t in finished}
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert len(finished_trials(url, name)) == TRIALS
-    # What the killed run had claimed (measuring, or compiled ahead) is measured now.
-    assert interrupted <= {t.user_attrs["config"] for t in finished_trials(url, name)}
-    if point in ("in a cache write", "in a proposal"):  # a new best; the first seed asked
+    # What the killed run had claimed (measuring, or compiled ahead) is measured now, and
+    # first: a resume with a small budget redoes the interrupted work before anything new.
+    resumed = [t for t in finished_trials(url, name) if t.number not in measured_before]
+    resumed.sort(key=lambda t: t.datetime_start)
+    assert {t.user_attrs["config"] for t in resumed[: len(interrupted)]} == interrupted
+    if point in ("in a cache write", "in an ask", "in a proposal"):  # a new best; a seed
         assert interrupted
     entries = valid_entries(store)
     assert len(entries) == 2 and not list((tmp_path / "cache").glob("*.tmp"))

@@ -535,6 +535,38 @@ def test_a_proposal_cut_short_leaves_its_config_queued_once():
         assert study.queued() == queued_again, killed_in
 
 
+def test_a_seed_handed_out_to_a_process_killed_before_naming_it_is_queued_again_once(
+    tmp_path,
+):
+    """A process killed between Optuna handing it an enqueued trial and Study.ask naming
+    the process on it leaves a running trial that names nobody: the next process to open
+    the study queues its config again, once however often the study is opened, and not
+    after it is measured. A trial Optuna made for its sampler holds no config to queue."""
+    from autotune.study import Study
+
+    problem = Problem(64, 64, 64)
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+
+    def opened():
+        return Study("unnamed", url, None, problem, ["blocked"])
+
+    def waiting():
+        return opened().optuna.get_trials(states=(optuna.trial.TrialState.WAITING,))
+
+    config = load_space("blocked").seed_configs(problem)[0]
+    first = opened()
+    first.enqueue(config)
+    first.optuna.ask()  # handed out from the queue; killed before naming its process
+    assert len(waiting()) == 1 and len(waiting()) == 1
+    study = opened()
+    trial, asked = study.ask()
+    assert asked == config and study.claim(trial, config)
+    study.finish(trial, _replayed(config))
+    assert not waiting()
+    first.optuna.ask()  # made for the sampler (nothing waits); killed before naming it
+    assert not waiting()
+
+
 def test_of_two_claims_of_one_config_the_one_kept_first_stands():
     """Two processes claim one config in trials n and n + 1. Where n + 1 checked before
     n's claim was written, it kept the config; n, checking after, once ignored a

@@ -12,6 +12,8 @@ AUTOTUNE_TEST_FAULTS holds a JSON object, point -> action:
     "evaluate" (any candidate)          -> same actions as above, or "pause:<file>"
     "cache-write" (between writing the  -> "pause:<file>": write the pid to <file>, then
     temp file and replacing the cache)     sleep a minute (the test kills us meanwhile)
+    "ask" (after Optuna hands out a     -> "pause:<file>", as above
+    trial, before it names its process)
     "proposal" (after a trial is asked  -> "pause:<file>", as above
     and names its process, before its
     config is asked and claimed)
@@ -83,6 +85,8 @@ _set_user_attr = optuna.Trial.set_user_attr
 
 def _set_user_attr_with_pause(self, key, value) -> None:
     asked = key == "worker" and not self.user_attrs  # (Study.ask's first write)
+    if asked:
+        pause(planned("ask"))  # killed right here: a trial handed out, naming no process
     _set_user_attr(self, key, value)
     if asked:
         pause(planned("proposal"))  # killed right here: a trial asked, its config not claimed
