@@ -855,6 +855,7 @@ def _cache(args, problems, console: Console) -> int:
 
 
 MAX_NPY_BYTES = 1 << 34  # 16 GiB: a weight read whole into memory
+NPY_MAGIC = b"\x93NUMPY"  # how every .npy file begins
 
 
 def _read_npy(path: str):
@@ -866,7 +867,11 @@ def _read_npy(path: str):
     from .files import read_limited
 
     try:
-        return np.load(io.BytesIO(read_limited(path, MAX_NPY_BYTES)), allow_pickle=False)
+        data = read_limited(path, MAX_NPY_BYTES)
+        # (np.load takes any other bytes for a pickle, and .npz for an archive)
+        if not data.startswith(NPY_MAGIC):
+            raise ValueError("not a .npy file (save the weight with numpy.save)")
+        return np.load(io.BytesIO(data), allow_pickle=False)
     except (OSError, FileRefused, ValueError, EOFError) as error:
         raise UsageError(f"argument W: {path!r} cannot be read as a .npy array: {error}") from None
 

@@ -351,6 +351,8 @@ def test_cli_writes_the_files(tmp_path, capsys):
         (["--bits", "8", "--out", "FILE"], "--out"),
         (["--bits", "8", "--weight", "INT"], "W"),
         (["--bits", "8", "--weight", "MISSING"], "W"),
+        (["--bits", "8", "--weight", "TEXT"], "W"),
+        (["--bits", "8", "--weight", "ARCHIVE"], "W"),
         (["--bits", "8", "--weight", "BIG"], "--scales"),
     ],
 )
@@ -359,6 +361,9 @@ def test_cli_bad_arguments_exit_2_naming_the_option(tmp_path, capsys, arguments,
     np.save(tmp_path / "INT.npy", np.ones((2, 8), np.int32))
     np.save(tmp_path / "BIG.npy", np.full((2, 8), 1e8, np.float32))
     (tmp_path / "FILE").write_text("")
+    (tmp_path / "TEXT.npy").write_text("1 2 3\n4 5 6\n")
+    with open(tmp_path / "ARCHIVE.npy", "wb") as archive:  # (a path would gain .npz)
+        np.savez(archive, W=np.ones((2, 8), np.float32))
     weight = "W"
     if "--weight" in arguments:
         weight = arguments[arguments.index("--weight") + 1]
@@ -371,6 +376,7 @@ def test_cli_bad_arguments_exit_2_naming_the_option(tmp_path, capsys, arguments,
     assert main(argv) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and error.startswith(f"autotune: error: argument {option}: ")
+    assert "pickle" not in error
 
 
 def test_cli_bad_argument_in_a_real_process(tmp_path):
