@@ -2,13 +2,15 @@
 
 AUTOTUNE_TEMPLATE_PATH adds folders of one's own templates (os.pathsep-separated), each
 holding NAME.wgsl.j2 and its search space NAME.toml side by side. They may include the
-built-in `_bindings.wgsl.j2`; they may not shadow a built-in template.
+built-in `_bindings.wgsl.j2`; one that shadows a built-in template (or one of an earlier
+folder) is ignored, with a warning.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import warnings
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
@@ -73,6 +75,18 @@ def _sources(templates: str, listings: tuple) -> dict[str, tuple[Path, Path]]:
     sources = {n: (Path(templates, f"{n}.wgsl.j2"), Path(spaces, f"{n}.toml")) for n in builtin}
     for folder, names in extra:
         for name in names:
-            if name.isidentifier() and name not in sources:
+            if not name.isidentifier():
+                _ignored(folder, name, "its name is not a Python identifier")
+            elif name in sources:
+                _ignored(folder, name, f"it shadows {sources[name][1]}")
+            else:
                 sources[name] = (Path(folder, f"{name}.wgsl.j2"), Path(folder, f"{name}.toml"))
     return sources
+
+
+def _ignored(folder: str, name: str, why: str) -> None:
+    # Said once per listing (_sources is cached on it): a file one meant as a template,
+    # left out in silence, would look like a template that tunes nothing.
+    warnings.warn(
+        f"{TEMPLATE_PATH_ENV}: {Path(folder, name + '.toml')} is ignored: {why}", stacklevel=2
+    )

@@ -102,3 +102,21 @@ def test_a_broken_template_named_to_tune_is_refused_in_one_line(
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "argument --template: template 'mine' cannot be used" in err and err.count("\n") == 1
+
+
+def test_a_template_of_one_s_own_left_out_is_said(tmp_path, monkeypatch):
+    """One that shadows a built-in, or whose name is no identifier, is ignored with a
+    warning naming its file and why; the built-in stays the one served."""
+    from autotune.data import template_sources
+
+    for name in ("blocked", "my-tile", "mine"):
+        (tmp_path / f"{name}.toml").write_text("")
+    monkeypatch.setenv("AUTOTUNE_TEMPLATE_PATH", str(tmp_path))
+    with pytest.warns(UserWarning) as warned:
+        sources = template_sources()
+    said = sorted(str(w.message) for w in warned)
+    assert len(said) == 2
+    assert f"{tmp_path / 'blocked.toml'} is ignored: it shadows" in said[0]
+    assert f"{tmp_path / 'my-tile.toml'} is ignored: its name is not" in said[1]
+    assert sources["blocked"][1] == data_path("search_spaces") / "blocked.toml"
+    assert sources["mine"][1] == tmp_path / "mine.toml" and "my-tile" not in sources
