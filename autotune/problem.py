@@ -181,6 +181,12 @@ class Problem:
                 "activations",
                 "activations q8 (int8 dot products) need quantized weights (weights q8, q4g128...)",
             )
+        if self.activations == "q8" and self.accumulate == "f16":
+            raise ProblemError(
+                "accumulate",
+                "accumulate f16 does not go with activations q8: int8 products sum in i32 "
+                "(give auto or f32)",
+            )
 
     def _check_weights(self) -> None:
         if self.weights == "none":
@@ -276,7 +282,8 @@ class Problem:
         the accumulation left to the tuner ("auto"), each pinned accumulation too (the
         tuner's choice is whichever of them is faster)."""
         if self.dtype == "f16" and self.accumulate == "auto":
-            return (self,) + tuple(replace(self, accumulate=a) for a in ("f16", "f32"))
+            pins = ("f32",) if self.activations == "q8" else ("f16", "f32")
+            return (self,) + tuple(replace(self, accumulate=a) for a in pins)
         return (self,)
 
     @property

@@ -60,6 +60,11 @@ TUNE = [
         "blocked, tiled compute only the plain problem (f32, nn, one matrix, no epilogue)",
     ),  # fmt: skip
     (dict(accumulate="f16"), (ProblemError, "accumulate"), "accumulate f16 needs dtype f16"),
+    (
+        dict(dtype="f16", accumulate="f16", layout="nt", weights="q8", activations="q8"),
+        (ProblemError, "accumulate"),
+        "accumulate f16 does not go with activations q8",
+    ),
 ]
 
 LOOKUP = [
