@@ -67,7 +67,8 @@ class SearchResult:
     measured: int  # trials measured by this process
     study_trials: int  # measured trials in the whole study (all processes)
     failures: Counter = field(default_factory=Counter)  # reason -> count, this process
-    seconds: float = 0.0
+    seconds: float = 0.0  # this process's search
+    study_seconds: float = 0.0  # the whole study's: this process's and the others'
     study_name: str = ""
     finalists: list[Config] = field(default_factory=list)  # to time again (tune: retime)
     first: tuple[Config, ...] = ()  # tried before the known-good configs (tune: neighbours)
@@ -265,6 +266,7 @@ class Search:
         result.best = study.best(result.best)
         result.finalists = study.finalists(FINALISTS, self._seeds())
         result.seconds = time.monotonic() - self.start
+        result.study_seconds = result.seconds + study.others_seconds()
         return result
 
     def _going(self, lane: Lane) -> bool:

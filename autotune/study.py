@@ -162,6 +162,21 @@ class Study:
         self._read_at = -math.inf
         return len(self.history())
 
+    def others_seconds(self) -> float:
+        """Seconds the study's other processes (earlier ones, killed ones, those of other
+        machines) spent on it: each one's span from its first trial's start to its last
+        trial's end, read from the trials, so that a process killed mid-search counts."""
+        spans: dict[str, list] = {}
+        for trial in self.optuna.get_trials(deepcopy=False):
+            worker, end = trial.user_attrs.get("worker"), trial.datetime_complete
+            if worker is None or worker == self.worker_id or end is None:
+                continue
+            if trial.user_attrs.get("interrupted"):  # ended when found, by the next process
+                continue
+            first, last = spans.setdefault(worker, [trial.datetime_start, end])
+            spans[worker] = [min(first, trial.datetime_start), max(last, end)]
+        return sum((last - first).total_seconds() for first, last in spans.values())
+
     def admit(self, trial: optuna.Trial, trials: int | None, wait_s: float = 10.0) -> bool:
         """After `trial` is claimed: whether the budget of `trials` has room for it (it is
         then marked admitted); False: the caller releases it.

@@ -420,7 +420,7 @@ class _Keeper:
             baseline_s=base.measurement.median_s if base and base.ok else None,
             trials=result.study_trials,
             failures=dict(result.failures),
-            tuning_s=result.seconds,
+            tuning_s=result.study_seconds,
         )
 
     def on_trial(self, event: dict) -> None:

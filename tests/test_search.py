@@ -726,3 +726,34 @@ def test_a_new_shape_is_searched_first_with_the_configs_measured_nearby(gpu, cac
     study = optuna.load_study(study_name=result.search.study_name, storage=storage)
     order = [t.user_attrs["config"] for t in sorted(measured_trials(study), key=lambda t: t.number)]
     assert order == [str(tuned), str(seeds[0])]
+
+
+def test_the_study_s_time_counts_every_other_process_s_span(tmp_path):
+    """Each other process's span, first trial's start to last trial's end, read from the
+    trials (a killed one's too); not this process's own, nor a trial found interrupted
+    (its end is when the next process failed it)."""
+    from datetime import datetime, timedelta
+
+    from autotune.study import Study
+
+    t0 = datetime(2026, 1, 1)
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    study = Study("spans", url, None, Problem(8, 8, 8), ["naive"])
+
+    def add(worker, start_s, end_s, state=optuna.trial.TrialState.COMPLETE, **attrs):
+        study.optuna.add_trial(
+            optuna.trial.FrozenTrial(
+                number=0, trial_id=0, state=state, value=1.0 if state.name == "COMPLETE" else None,
+                values=None, datetime_start=t0 + timedelta(seconds=start_s),
+                datetime_complete=None if end_s is None else t0 + timedelta(seconds=end_s),
+                params={}, distributions={}, user_attrs={"worker": worker, **attrs},
+                system_attrs={}, intermediate_values={},
+            )
+        )  # fmt: skip
+
+    add("a:1", 0, 2)
+    add("a:1", 5, 9)  # a:1 spans 0-9 s
+    add("b:2", 100, 130)  # another machine's, 30 s
+    add("a:1", 10, 5000, optuna.trial.TrialState.FAIL, interrupted=True)
+    add(study.worker_id, 0, 1000)  # this process's own: counted by the search itself
+    assert study.others_seconds() == pytest.approx(39.0)
