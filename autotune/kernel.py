@@ -401,6 +401,7 @@ class Kernel:
         takes C and beta (0 too); one without takes neither."""
         problem = self.problem
         activation = problem.activation
+        given_beta = 0.0 if beta is None else beta  # (None: not given, checked below)
         arrays, got = check_operands(
             A,
             B,
@@ -409,7 +410,7 @@ class Kernel:
             C=C,
             bias=bias,
             alpha=alpha,
-            beta=0.0 if beta is None else beta,  # (None: not given, checked below)
+            beta=given_beta,
             activation=activation,
         )
         # a kernel with alpha or beta in its epilogue computes alpha = 1 or beta = 0 too
@@ -432,7 +433,7 @@ class Kernel:
             C=arrays.get("C"),
             bias=arrays.get("bias"),
             alpha=float(alpha),
-            beta=float(beta or 0.0),
+            beta=float(given_beta),
         )
         # a 3-D A of one matrix is the plain problem, but its result keeps the batch axis
         return result.reshape(arrays["A"].shape[:-2] + (problem.M, problem.N))
